@@ -1,0 +1,130 @@
+"""Values extracted from logs, and the small expression language rules use on them.
+
+Fields are strings as printed ("1.65 GiB", "0 bytes", "3600000"). Guards (`when:`) compare a
+field with a number, a size or a word; `derive:` computes `a - b` / `a + b` on sizes or numbers;
+templates fill `{field}` placeholders. No eval: rule files never execute code.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "b": 1, "byte": 1, "bytes": 1,
+    "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
+    "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0,
+    "%": 1.0,
+}
+_QUANTITY = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z%]*)\s*$")
+_CONDITION = re.compile(
+    r"^\s*(?P<field>[a-z_][a-z0-9_]*)\s*(?:(?P<op>==|!=|>=|<=|>|<)\s*(?P<value>.+?)|is\s+(?P<state>set|missing))\s*$"
+)
+_EXPRESSION = re.compile(r"^\s*(?P<a>[A-Za-z0-9_. ]+?)\s*(?P<op>[-+])\s*(?P<b>[A-Za-z0-9_. ]+?)\s*$")
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+_SIZE_UNITS = ("TiB", "GiB", "MiB", "KiB")
+
+
+def quantity(text: str) -> float | None:
+    """'1.65 GiB' -> bytes, '900000' -> 900000.0, '30s' -> 30.0; None when not a quantity."""
+    match = _QUANTITY.match(text.replace(",", ""))
+    if not match:
+        return None
+    unit = match.group(2).lower()
+    if unit and unit not in _UNITS:
+        return None
+    return float(match.group(1)) * _UNITS.get(unit, 1)
+
+
+def format_bytes(value: float) -> str:
+    """Bytes as PyTorch prints them: '1.65 GiB', '512.00 MiB'."""
+    for unit in _SIZE_UNITS:
+        scale = _UNITS[unit.lower()]
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} bytes"
+
+
+def _is_size(text: str) -> bool:
+    return bool(re.search(r"(?i)\d\s*(?:[KMGT]i?B|bytes?)\b", text))
+
+
+def placeholders(template: str) -> list[str]:
+    return _PLACEHOLDER.findall(template)
+
+
+def fill(template: str, fields: dict[str, str]) -> str | None:
+    """Fill `{field}` placeholders; None when one of them has no value. `{{`/`}}` are braces."""
+    missing = False
+
+    def repl(match: re.Match[str]) -> str:
+        nonlocal missing
+        value = fields.get(match.group(1))
+        if value is None:
+            missing = True
+            return ""
+        return value
+
+    text = _PLACEHOLDER.sub(repl, template.replace("{{", "\0").replace("}}", "\1"))
+    return None if missing else text.replace("\0", "{").replace("\1", "}")
+
+
+def parse_condition(text: str) -> tuple[str, str, str | None]:
+    """Split a guard into (field, operator, value); raises ValueError when malformed."""
+    match = _CONDITION.match(text)
+    if not match:
+        raise ValueError(
+            f"cannot read condition {text!r} (expected 'FIELD OP VALUE' with OP one of "
+            "== != >= <= > <, or 'FIELD is set' / 'FIELD is missing')"
+        )
+    if match.group("state"):
+        return match.group("field"), "is " + match.group("state"), None
+    value = match.group("value").strip().strip("'\"")
+    return match.group("field"), match.group("op"), value
+
+
+def holds(condition: str, fields: dict[str, str]) -> bool:
+    """Whether a guard holds for these field values. A missing field never satisfies a comparison."""
+    name, op, expected = parse_condition(condition)
+    actual = fields.get(name)
+    if op == "is set":
+        return actual is not None and actual != ""
+    if op == "is missing":
+        return actual is None or actual == ""
+    if actual is None or expected is None:
+        return False
+    a, b = quantity(actual), quantity(expected)
+    if a is None or b is None:
+        if op in ("==", "!="):
+            return (actual.strip().lower() == expected.lower()) == (op == "==")
+        return False
+    return {"==": a == b, "!=": a != b, ">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b}[op]
+
+
+def parse_expression(text: str) -> tuple[str, str, str]:
+    """Split a `derive` expression 'a - b' into operands and operator; raises ValueError."""
+    match = _EXPRESSION.match(text)
+    if not match:
+        raise ValueError(f"cannot read expression {text!r} (expected 'A - B' or 'A + B' over fields or sizes)")
+    return match.group("a"), match.group("op"), match.group("b")
+
+
+def is_field_name(token: str) -> bool:
+    return bool(re.fullmatch(r"[a-z_][a-z0-9_]*", token))
+
+
+def evaluate(expression: str, fields: dict[str, str]) -> str | None:
+    """Compute a derived field; None when an operand is missing or not a quantity."""
+    a_tok, op, b_tok = parse_expression(expression)
+    a_text = fields.get(a_tok) if is_field_name(a_tok) else a_tok
+    b_text = fields.get(b_tok) if is_field_name(b_tok) else b_tok
+    if a_text is None or b_text is None:
+        return None
+    a, b = quantity(a_text), quantity(b_text)
+    if a is None or b is None:
+        return None
+    value = a - b if op == "-" else a + b
+    if _is_size(a_text) or _is_size(b_text):
+        return format_bytes(value)
+    return f"{value:g}"

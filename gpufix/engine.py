@@ -1,0 +1,201 @@
+"""The engine: a pure function from evidence and rules to ordered findings.
+
+    diagnose(evidence, ruleset) -> [root causes..., consequences...]
+
+A rule fires when its `match` group holds over the evidence. Its named groups, derived values
+and lookups fill the message and fixes; fixes whose `when:` guard fails are left out. Then
+`suppresses` removes less specific findings, `consequence_of` links effects to their cause, and
+findings are ordered: root causes by priority then position, consequences after them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufix import conditions
+from gpufix.evidence import Evidence, ExceptionRecord, LineRef
+from gpufix.findings import Finding, RenderedFix
+from gpufix.regex import compile_pattern, decode_groups
+from gpufix.rules.model import Group, Leaf, Rule, RuleSet
+
+MAX_EVIDENCE_SHOWN = 8
+
+
+@dataclass
+class _Result:
+    matched: bool
+    refs: list[LineRef] = field(default_factory=list)
+    groups: list[dict[str, str]] = field(default_factory=list)
+    count: int = 0
+    overflow: int = 0  # matches counted but not kept (per-pattern cap in the scanner)
+
+
+def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord]) -> _Result:
+    if leaf.line is not None:
+        index = ruleset.line_index(leaf)
+        hits = evidence.hits.get(index, [])
+        total = evidence.hit_counts.get(index, len(hits))
+        result = _Result(bool(hits), count=total, overflow=total - len(hits))
+        for hit in hits:
+            result.refs.extend(hit.lines)
+            result.groups.append(hit.groups)
+        return result
+    type_re = compile_pattern(leaf.exception, leaf.ignore_case) if leaf.exception else None
+    message_re = compile_pattern(leaf.message, leaf.ignore_case) if leaf.message else None
+    result = _Result(False)
+    for record in exceptions:
+        groups: dict[str, str] = {}
+        if type_re is not None:
+            match = type_re.fullmatch(record.type.encode()) or type_re.fullmatch(record.short_type.encode())
+            if not match:
+                continue
+            groups.update(decode_groups(match))
+        if message_re is not None:
+            match = message_re.search(record.message.encode("utf-8", "replace"))
+            if not match:
+                continue
+            groups.update(decode_groups(match))
+        result.matched = True
+        result.count += 1
+        result.refs.append(record.ref)
+        result.groups.append(groups)
+    return result
+
+
+def _group(group: Group, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord]) -> _Result:
+    def run(node: Leaf | Group) -> _Result:
+        if isinstance(node, Group):
+            return _group(node, evidence, ruleset, exceptions)
+        return _leaf(node, evidence, ruleset, exceptions)
+
+    out = _Result(True)
+    for node in group.all:
+        result = run(node)
+        if not result.matched:
+            return _Result(False)
+        out.refs += result.refs
+        out.groups += result.groups
+        out.count += result.count
+        out.overflow += result.overflow
+    if group.any:
+        matched_any = False
+        for node in group.any:
+            result = run(node)
+            if result.matched:
+                matched_any = True
+                out.refs += result.refs
+                out.groups += result.groups
+                out.count += result.count
+                out.overflow += result.overflow
+        if not matched_any:
+            return _Result(False)
+    for node in group.none:
+        if run(node).matched:
+            return _Result(False)
+    return out
+
+
+def _fields(rule: Rule, result: _Result, refs: list[LineRef]) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for groups in result.groups:
+        for key, value in groups.items():
+            fields.setdefault(key, value.strip())
+    for name, expression in rule.derive.items():
+        value = conditions.evaluate(expression, fields)
+        if value is not None and name not in fields:  # a printed value beats a computed one
+            fields[name] = value
+    for lookup in rule.lookups:
+        row = lookup.table.get(fields.get(lookup.field, "")) or lookup.default
+        if row:
+            for key, value in row.items():
+                fields.setdefault(key, conditions.fill(value, fields) or value)
+    ranks = sorted({ref.rank for ref in refs if ref.rank is not None})
+    fields["count"] = str(result.count)
+    if ranks:
+        fields["ranks"] = ", ".join(map(str, ranks))
+    if refs:
+        fields["first_line"] = str(refs[0].line)
+        fields["source"] = refs[0].source
+    return fields
+
+
+def _finding(rule: Rule, result: _Result, order: dict[str, int]) -> Finding:
+    unique: dict[tuple[str, int], LineRef] = {}
+    for ref in sorted(result.refs, key=lambda r: (order.get(r.source, 0), r.line)):
+        unique.setdefault((ref.source, ref.line), ref)
+    refs = list(unique.values())
+    fields = _fields(rule, result, refs)
+    message = next((m for m in (conditions.fill(t, fields) for t in rule.messages) if m), rule.title)
+    fixes = []
+    for fix in rule.fixes:
+        if not all(conditions.holds(guard, fields) for guard in fix.when):
+            continue
+        title = conditions.fill(fix.title, fields)
+        if title is None:
+            continue
+        detail = conditions.fill(fix.detail, fields) if fix.detail else None
+        snippet = conditions.fill(fix.snippet, fields) if fix.snippet else None
+        fixes.append(RenderedFix(fix.kind, title, detail, snippet))
+    return Finding(
+        code=rule.code,
+        name=rule.name,
+        title=rule.title,
+        category=rule.category,
+        severity=rule.severity,
+        confidence=rule.confidence,
+        message=message,
+        explanation=rule.explanation,
+        fields=fields,
+        evidence=refs[:MAX_EVIDENCE_SHOWN],
+        evidence_count=len(refs) + result.overflow,
+        fixes=fixes,
+        experiments=[{"name": e.name, "params": dict(e.params)} for e in rule.experiments],
+        ranks=sorted({r.rank for r in refs if r.rank is not None}),
+        references=list(rule.references),
+        priority=rule.priority,
+        is_gpu=rule.is_gpu,
+        all_refs=refs,
+    )
+
+
+def diagnose(evidence: Evidence, ruleset: RuleSet) -> list[Finding]:
+    """All findings for the evidence, root causes first."""
+    order = {source: i for i, source in enumerate(evidence.sources)}
+    findings: dict[str, Finding] = {}
+    for rule in ruleset.rules:
+        if rule.fallback or rule.status == "deprecated":
+            continue
+        result = _group(rule.match, evidence, ruleset, evidence.exceptions)
+        if result.matched:
+            findings[rule.code] = _finding(rule, result, order)
+    covered = {(ref.source, ref.line) for f in findings.values() for ref in f.all_refs}
+    uncovered = [e for e in evidence.exceptions if (e.ref.source, e.ref.line) not in covered]
+    for rule in ruleset.rules:
+        if rule.fallback and uncovered:
+            result = _group(rule.match, evidence, ruleset, uncovered)
+            if result.matched:
+                findings[rule.code] = _finding(rule, result, order)
+    for code in list(findings):
+        rule = ruleset.by_code[code]
+        for victim in rule.suppresses:
+            findings.pop(victim, None) if victim != code else None
+    return _order(list(findings.values()), ruleset, order)
+
+
+def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> list[Finding]:
+    def position(f: Finding) -> tuple[int, int]:
+        source, line = f.first_position
+        return order.get(source, 0), line
+
+    ranked = sorted(findings, key=lambda f: (-f.priority, position(f)))
+    for finding in ranked:
+        refs = ruleset.by_code[finding.code].consequence_of
+        for cause in ranked:
+            if cause is finding or cause.consequence_of == finding.code:
+                continue
+            if cause.code in refs or f"category:{cause.category}" in refs:
+                finding.consequence_of = cause.code
+                break
+    roots = [f for f in ranked if f.consequence_of is None]
+    effects = [f for f in ranked if f.consequence_of is not None]
+    return roots + effects

@@ -1,0 +1,83 @@
+"""Evidence: what was seen, as plain values. No printing, no rules, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LineRef:
+    """One physical line of an input: where it is and what it says (prefix and colours removed)."""
+
+    source: str
+    line: int
+    text: str
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"source": self.source, "line": self.line, "text": self.text}
+        if self.rank is not None:
+            out["rank"] = self.rank
+        return out
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A pattern's match: the lines it spans and the values its named groups captured."""
+
+    lines: tuple[LineRef, ...]
+    groups: dict[str, str]
+
+    @property
+    def first(self) -> LineRef:
+        return self.lines[0]
+
+
+@dataclass(frozen=True)
+class ExceptionRecord:
+    """An exception seen in a traceback (or, from the probe, raised for real).
+
+    `cause` is the index of the exception it was raised while handling, in the same evidence.
+    """
+
+    type: str
+    message: str
+    ref: LineRef
+    cause: int | None = None
+
+    @property
+    def short_type(self) -> str:
+        return self.type.rsplit(".", 1)[-1]
+
+
+@dataclass
+class Evidence:
+    """Everything scanned from one diagnosis' inputs.
+
+    `hits` maps a line-pattern index (see rules.RuleSet.line_patterns) to its first matches;
+    `hit_counts` keeps the true number when the list was capped to bound memory.
+    """
+
+    sources: list[str] = field(default_factory=list)
+    hits: dict[int, list[Hit]] = field(default_factory=dict)
+    hit_counts: dict[int, int] = field(default_factory=dict)
+    exceptions: list[ExceptionRecord] = field(default_factory=list)
+    exception_count: int = 0
+    lines_read: int = 0
+    bytes_read: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def merge(self, other: Evidence) -> None:
+        """Add another input's evidence (several files of one run are diagnosed together)."""
+        offset = len(self.exceptions)
+        self.sources.extend(other.sources)
+        for index, hits in other.hits.items():
+            self.hits.setdefault(index, []).extend(hits)
+            self.hit_counts[index] = self.hit_counts.get(index, 0) + other.hit_counts.get(index, 0)
+        for record in other.exceptions:
+            cause = None if record.cause is None else record.cause + offset
+            self.exceptions.append(ExceptionRecord(record.type, record.message, record.ref, cause))
+        self.exception_count += other.exception_count
+        self.lines_read += other.lines_read
+        self.bytes_read += other.bytes_read
+        self.notes.extend(other.notes)

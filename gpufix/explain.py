@@ -1,0 +1,125 @@
+"""`gpufix explain`: diagnose pasted tracebacks and log files, offline, without torch or NVML."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from gpufix.engine import diagnose
+from gpufix.errors import InputError
+from gpufix.evidence import Evidence
+from gpufix.findings import Finding
+from gpufix.logscan import LogScanner
+from gpufix.rules.model import RuleSet
+
+STDIN = "-"
+BINARY_SNIFF_BYTES = 65536
+BINARY_CONTROL_RATIO = 0.30
+
+
+@dataclass
+class Diagnosis:
+    """What `explain` concluded: findings (root cause first) and the evidence behind them."""
+
+    findings: list[Finding]
+    evidence: Evidence
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    @property
+    def gpu_related(self) -> bool:
+        return any(f.is_gpu for f in self.findings)
+
+    def to_dict(self) -> dict[str, object]:
+        root = self.root
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "summary": {
+                "root_cause": root.code if root else None,
+                "category": root.category if root else None,
+                "gpu_related": self.gpu_related,
+                "finding_count": len(self.findings),
+            },
+            "inputs": {
+                "sources": list(self.evidence.sources),
+                "lines": self.evidence.lines_read,
+                "bytes": self.evidence.bytes_read,
+            },
+            "notes": list(self.notes),
+        }
+
+
+def _looks_binary(head: bytes) -> bool:
+    if not head:
+        return False
+    control = sum(1 for b in head if b < 32 and b not in (9, 10, 13, 27)) + head.count(b"\x7f")
+    return control / len(head) > BINARY_CONTROL_RATIO
+
+
+class _Sniffed:
+    """A binary stream whose first bytes were read to sniff for binary data, then replayed."""
+
+    def __init__(self, stream: BinaryIO, head: bytes) -> None:
+        self.stream, self.head = stream, head
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            out, self.head = self.head[:size] if size >= 0 else self.head, self.head[size:] if size >= 0 else b""
+            return out
+        return self.stream.read(size)
+
+
+def _scan(scanner: LogScanner, stream: BinaryIO, source: str) -> Evidence:
+    try:
+        head = stream.read(BINARY_SNIFF_BYTES)
+    except OSError as exc:
+        raise InputError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if _looks_binary(head):
+        raise InputError(
+            f"{source} looks like binary data, not a log or traceback",
+            hint="pass the text log (for a run record, the log file inside it)",
+        )
+    try:
+        return scanner.scan_stream(_Sniffed(stream, head), source)  # type: ignore[arg-type]
+    except OSError as exc:
+        raise InputError(f"cannot read {source}: {exc.strerror or exc}") from None
+
+
+def _open(path: str) -> BinaryIO:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file", hint="pass a log file, or pipe a traceback: gpufix explain < err.txt") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path} is a directory, not a log file", hint=f"pass the log files inside it, e.g. gpufix explain {path}/*.log")
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -> Diagnosis:
+    """Scan each input (`-` is stdin) and diagnose them together, as one failure."""
+    scanner = LogScanner(ruleset.line_patterns)
+    evidence = Evidence()
+    for path in paths or [STDIN]:
+        if path == STDIN:
+            stream = stdin if stdin is not None else sys.stdin.buffer
+            evidence.merge(_scan(scanner, stream, "<stdin>"))
+        else:
+            with _open(path) as stream:
+                evidence.merge(_scan(scanner, stream, path))
+    if evidence.bytes_read == 0:
+        raise InputError(
+            "the input is empty: nothing to explain",
+            hint="paste a traceback into `gpufix explain` (end with Ctrl-D) or pass a log file",
+        )
+    return Diagnosis(diagnose(evidence, ruleset), evidence, list(ruleset.notes) + evidence.notes)

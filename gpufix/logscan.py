@@ -1,0 +1,205 @@
+"""Scan a log or pasted traceback, as bytes, for the rule pack's line patterns and exceptions.
+
+One pass per 1 MiB block: an RE2 set says which patterns occur in the block at all, then only
+those are searched to find their lines. Memory stays bounded whatever the input: blocks are
+processed and dropped, a line longer than a block is scanned in pieces, and only the first
+`MAX_HITS_KEPT` matches of each pattern are kept (the rest are counted).
+
+Messy logs are normalised on the block before matching: ANSI colour codes removed, CRLF turned
+into LF, carriage-return progress updates split into segments (line numbers still count only
+real newlines, so they agree with an editor). Rank prefixes (`[rank3]:`, `[default0]:`, Slurm's
+`3: `) are read for the evidence; patterns are searched anywhere in a line, so they do not care.
+A pattern may span a terminal-wrapped line by using `\\s+` between words.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from typing import BinaryIO
+
+from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
+from gpufix.regex import PatternSet, compile_pattern, decode_groups
+
+BLOCK_BYTES = 1 << 20
+MAX_HITS_KEPT = 50
+MAX_EXCEPTIONS_KEPT = 1000
+EVIDENCE_TEXT_MAX = 400
+MESSAGE_CONTINUATION_LINES = 4
+
+_ANSI = compile_pattern(
+    r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]"
+)
+_PREFIX_RE = (
+    r"(?:[\w.-]+: )?"  # pdsh/DeepSpeed host label
+    r"(?:\[(?:rank|default)(?P<rank>\d+)\]:|(?P<slurm>\d{1,5}): |\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:)"
+)
+_PREFIX = compile_pattern("^" + _PREFIX_RE + r"[ \t]?")
+_EXCEPTION = compile_pattern(
+    r"^(?:" + _PREFIX_RE + r")?[ \t]*"
+    r"(?:(?P<type>(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault))"
+    r"(?:[ \t]*$|:(?P<message>[^\n]*)$)"
+    r"|(?P<chain>During handling of the above exception|The above exception was the direct cause))"
+)
+# Lines that end an exception message's continuation.
+_MESSAGE_STOP = compile_pattern(
+    r"^\s*(?:Traceback \(most recent call last\)|File \"|During handling|The above exception|"
+    r"[A-Za-z_][\w.]*(?:Error|Exception|Warning):|\[[A-Z]\d|frame #|Exception raised from)"
+)
+
+
+def _positions(data: bytes, needle: bytes) -> list[int]:
+    found = []
+    pos = data.find(needle)
+    while pos >= 0:
+        found.append(pos)
+        pos = data.find(needle, pos + 1)
+    return found
+
+
+def split_prefix(line: bytes) -> tuple[bytes, int | None]:
+    """Remove a rank/host prefix from one line; return the rest and the rank it named."""
+    match = _PREFIX.match(line)
+    if not match:
+        return line, None
+    rank = match.group(b"rank") or match.group(b"slurm") or match.group(b"mpi")
+    return line[match.end():], int(rank)
+
+
+def _clip(text: str, start: int) -> str:
+    if len(text) <= EVIDENCE_TEXT_MAX:
+        return text
+    lo = max(0, min(start - 80, len(text) - EVIDENCE_TEXT_MAX))
+    clipped = text[lo:lo + EVIDENCE_TEXT_MAX]
+    return ("…" if lo else "") + clipped + ("…" if lo + EVIDENCE_TEXT_MAX < len(text) else "")
+
+
+class _Block:
+    """One normalised block and the mapping from its positions back to input line numbers."""
+
+    def __init__(self, raw: bytes, first_line: int, source: str) -> None:
+        data = _ANSI.sub(b"", raw) if b"\x1b" in raw else raw
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+            self._cr = _positions(data, b"\r")
+            data = data.replace(b"\r", b"\n")
+        else:
+            self._cr = []
+        self.data = data
+        self.first_line = first_line
+        self.source = source
+
+    def line_number(self, pos: int) -> int:
+        newlines = self.data.count(b"\n", 0, pos)
+        return self.first_line + newlines - bisect.bisect_left(self._cr, pos)
+
+    def line_bounds(self, pos: int) -> tuple[int, int]:
+        start = self.data.rfind(b"\n", 0, pos) + 1
+        end = self.data.find(b"\n", pos)
+        return start, (len(self.data) if end < 0 else end)
+
+    def line_ref(self, pos: int) -> LineRef:
+        start, end = self.line_bounds(pos)
+        body, rank = split_prefix(self.data[start:end])
+        offset = max(0, pos - start - (end - start - len(body)))
+        text = body.decode("utf-8", "replace").rstrip()
+        return LineRef(self.source, self.line_number(pos), _clip(text, offset), rank)
+
+    def span_refs(self, start: int, end: int) -> tuple[LineRef, ...]:
+        """The physical lines a match covers (several when it spans a wrapped line)."""
+        refs = [self.line_ref(start)]
+        pos = self.data.find(b"\n", start, max(start, end - 1))
+        while pos >= 0 and len(refs) < 4:
+            refs.append(self.line_ref(pos + 1))
+            pos = self.data.find(b"\n", pos + 1, max(pos + 1, end - 1))
+        return tuple(refs)
+
+
+class LogScanner:
+    """Scans inputs for one pattern list; reusable across files."""
+
+    def __init__(self, patterns: list[tuple[str, bool]]) -> None:
+        self.pattern_set = PatternSet(patterns)
+
+    def scan_stream(self, stream: BinaryIO, source: str) -> Evidence:
+        """Scan a binary stream to its end; the stream is read in blocks, never whole."""
+        evidence = Evidence(sources=[source])
+        line = 1
+        carry = b""
+        giant_line_noted = False
+        while True:
+            chunk = stream.read(BLOCK_BYTES)
+            if not chunk:
+                break
+            evidence.bytes_read += len(chunk)
+            data = carry + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0 and len(data) < BLOCK_BYTES:
+                carry = data
+                continue
+            if cut == 0:  # one line longer than a block: scan it in pieces
+                cut = len(data)
+                if not giant_line_noted:
+                    evidence.notes.append(
+                        f"{source}:{line}: line longer than {BLOCK_BYTES >> 20} MiB; scanned in pieces"
+                    )
+                    giant_line_noted = True
+            block, carry = data[:cut], data[cut:]
+            self._scan_block(_Block(block, line, source), evidence)
+            line += block.count(b"\n")
+        if carry:
+            self._scan_block(_Block(carry + b"\n", line, source), evidence)
+            line += 1
+        evidence.lines_read = line - 1
+        return evidence
+
+    def scan_bytes(self, data: bytes, source: str = "<text>") -> Evidence:
+        """Scan an in-memory text (tests, rule examples)."""
+        import io
+
+        return self.scan_stream(io.BytesIO(data), source)
+
+    def _scan_block(self, block: _Block, evidence: Evidence) -> None:
+        data = block.data
+        for index in self.pattern_set.present(data):
+            regex = self.pattern_set.regex(index)
+            kept = evidence.hits.setdefault(index, [])
+            count = evidence.hit_counts.get(index, 0)
+            for match in regex.finditer(data):
+                count += 1
+                if len(kept) < MAX_HITS_KEPT:
+                    kept.append(Hit(block.span_refs(match.start(), match.end()), decode_groups(match)))
+            evidence.hit_counts[index] = count
+        self._scan_exceptions(block, evidence)
+
+    def _scan_exceptions(self, block: _Block, evidence: Evidence) -> None:
+        data = block.data
+        chained = False
+        for match in _EXCEPTION.finditer(data):
+            if match.group(b"chain"):
+                chained = True
+                continue
+            evidence.exception_count += 1
+            if len(evidence.exceptions) >= MAX_EXCEPTIONS_KEPT:
+                continue
+            message = (match.group(b"message") or b"").strip().decode("utf-8", "replace")
+            message = "\n".join([message, *self._continuation(data, match.end())]).strip()
+            cause = len(evidence.exceptions) - 1 if chained and evidence.exceptions else None
+            chained = False
+            type_name = match.group(b"type").decode("ascii", "replace")
+            evidence.exceptions.append(ExceptionRecord(type_name, message, block.line_ref(match.start()), cause))
+
+    @staticmethod
+    def _continuation(data: bytes, pos: int) -> Iterable[str]:
+        """Lines that continue an exception's message (PyTorch's hints, wrapped driver text)."""
+        for _ in range(MESSAGE_CONTINUATION_LINES):
+            if pos >= len(data):
+                return
+            start = pos + 1
+            end = data.find(b"\n", start)
+            end = len(data) if end < 0 else end
+            body, _rank = split_prefix(data[start:end])
+            if not body.strip() or _MESSAGE_STOP.match(body):
+                return
+            yield body.strip()[:2000].decode("utf-8", "replace")
+            pos = end

@@ -1,0 +1,90 @@
+"""One place that compiles rule regexes, with RE2 (linear time, no catastrophic backtracking).
+
+Patterns are matched on bytes in Latin-1 mode so that invalid UTF-8 in a log can never stop a
+match or raise; ASCII and UTF-8 literals in patterns still match byte for byte.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import re2
+
+_OPTIONS = re2.Options()
+_OPTIONS.encoding = re2.Options.Encoding.LATIN1
+_OPTIONS.log_errors = False  # RE2 would otherwise write parse errors to our stderr
+
+Regex = Any  # re2._Regexp: the binding ships no type stubs
+
+
+def _flags(pattern: str, ignore_case: bool) -> bytes:
+    prefix = "(?mi)" if ignore_case else "(?m)"
+    return (prefix + pattern).encode("utf-8")
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_pattern(pattern: str, ignore_case: bool = False) -> Regex:
+    """Compile a rule pattern for matching bytes; raises ValueError with RE2's reason."""
+    try:
+        return re2.compile(_flags(pattern, ignore_case), _OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ValueError(str(reason)) from None
+
+
+def pattern_error(pattern: str) -> str | None:
+    """Why `pattern` is not acceptable as a rule regex, or None when it is.
+
+    RE2 rejects lookaround, backreferences and possessive/atomic groups; a leading `^` is
+    rejected too because log lines carry rank and timestamp prefixes.
+    """
+    try:
+        compile_pattern(pattern)
+    except ValueError as exc:
+        return f"regex does not compile under RE2 (the engine gpufix uses): {exc}"
+    if pattern.startswith("^"):
+        return (
+            "regex starts with '^': log lines carry rank/timestamp prefixes "
+            "([rank3]:, [E516 07:03:29 ...]), so patterns are searched anywhere in a line"
+        )
+    return None
+
+
+def group_names(pattern: str) -> list[str]:
+    """Named groups of a pattern, in order."""
+    return [name.decode() if isinstance(name, bytes) else name for name in compile_pattern(pattern).groupindex]
+
+
+class PatternSet:
+    """Many patterns searched in one pass: `present(data)` says which occur anywhere."""
+
+    def __init__(self, patterns: list[tuple[str, bool]]) -> None:
+        self.patterns = patterns
+        self._set = re2.Set.SearchSet(_OPTIONS)
+        for pattern, ignore_case in patterns:
+            self._set.Add(_flags(pattern, ignore_case))
+        self._set.Compile()
+
+    def present(self, data: bytes) -> list[int]:
+        """Indices of the patterns that match somewhere in `data`."""
+        if not self.patterns:
+            return []
+        return sorted(self._set.Match(data) or ())
+
+    def regex(self, index: int) -> Regex:
+        pattern, ignore_case = self.patterns[index]
+        return compile_pattern(pattern, ignore_case)
+
+
+def decode_groups(match: Any) -> dict[str, str]:
+    """A match's named groups as text (None groups dropped)."""
+    out: dict[str, str] = {}
+    for key, value in match.groupdict().items():
+        if value is None:
+            continue
+        name = key.decode() if isinstance(key, bytes) else key
+        out[name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return out

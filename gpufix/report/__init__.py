@@ -1,0 +1,1 @@
+"""Reports: the same findings drawn for people (terminal, Markdown) and machines (JSON)."""

@@ -1,0 +1,99 @@
+"""Terminal report of a diagnosis. Plain text when not a TTY; rich markup on a terminal.
+
+One renderer serves both: it writes through `_Style`, which adds rich markup only when colour
+is on, so a CI log and a terminal show the same lines.
+"""
+
+from __future__ import annotations
+
+from gpufix.findings import Finding
+
+_SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "info": "cyan"}
+
+
+class _Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, style: str) -> str:
+        if not self.color:
+            return text
+        from rich.markup import escape
+
+        return f"[{style}]{escape(text)}[/]"
+
+    def plain(self, text: str) -> str:
+        if not self.color:
+            return text
+        from rich.markup import escape
+
+        return escape(text)
+
+
+def _evidence_line(s: _Style, ref_source: str, line: int, rank: int | None, text: str, many_sources: bool) -> str:
+    where = f"{ref_source}:{line}" if many_sources else f"line {line}"
+    rank_text = f" [rank {rank}]" if rank is not None else ""
+    return "    " + s(f"{where}{rank_text}", "dim") + s.plain(f"  {text}")
+
+
+def render_finding(finding: Finding, s: _Style, number: int, many_sources: bool, verbose: bool = True) -> list[str]:
+    lines = []
+    label = "Root cause" if number == 1 and finding.consequence_of is None else (
+        f"Consequence of {finding.consequence_of}" if finding.consequence_of else "Also found"
+    )
+    head = f"{label}: {finding.title} ({finding.code} {finding.name})"
+    lines.append(s(head, "bold " + _SEVERITY_STYLE.get(finding.severity, "")))
+    tags = f"category {finding.category}, severity {finding.severity}, confidence {finding.confidence}"
+    if not finding.is_gpu:
+        tags += " — not a GPU problem"
+    lines.append("  " + s(tags, "dim"))
+    lines.append("  " + s.plain(finding.message))
+    if verbose and finding.explanation:
+        lines.append("")
+        for para in finding.explanation.splitlines():
+            lines.append("  " + s(para, "italic") if para.strip() else "")
+    if finding.evidence:
+        lines.append("")
+        shown = len(finding.evidence)
+        more = finding.evidence_count - shown
+        ranks = f" on ranks {', '.join(map(str, finding.ranks))}" if len(finding.ranks) > 1 else ""
+        lines.append("  " + s("Evidence", "bold") + s(f" ({finding.evidence_count} line{'s' if finding.evidence_count != 1 else ''}{ranks})", "dim") + ":")
+        for ref in finding.evidence:
+            lines.append(_evidence_line(s, ref.source, ref.line, ref.rank, ref.text, many_sources))
+        if more > 0:
+            lines.append("    " + s(f"… and {more} more", "dim"))
+    if verbose and finding.fixes:
+        lines.append("")
+        lines.append("  " + s("Fixes, in the order to try them", "bold") + ":")
+        for i, fix in enumerate(finding.fixes, 1):
+            lines.append(f"    {i}. " + s.plain(fix.title) + s(f"  [{fix.kind}]", "dim"))
+            if fix.detail:
+                lines.append("       " + s.plain(fix.detail))
+            if fix.snippet:
+                for snippet_line in fix.snippet.splitlines():
+                    lines.append("       " + s(snippet_line, "green"))
+    if verbose and finding.experiments:
+        names = ", ".join(e["name"] for e in finding.experiments)
+        lines.append("  " + s(f"Confirm with: {names}", "dim"))
+    return lines
+
+
+def render(findings: list[Finding], sources: list[str], notes: list[str], color: bool = False, verbose: bool = True) -> str:
+    """The whole terminal report; markup only when `color`."""
+    s = _Style(color)
+    out: list[str] = []
+    many = len(sources) > 1
+    if not findings:
+        out.append(s("No known failure found", "bold green") + " in " + s.plain(", ".join(sources) or "the input") + ".")
+        out.append(s("gpufix matched no rule; if this is a failure, `gpufix rules list` shows what it knows.", "dim"))
+    else:
+        if not any(f.is_gpu for f in findings):
+            out.append(s("Not a GPU problem: this is an ordinary program error; gpufix found no sign of a GPU failure.", "bold"))
+            out.append("")
+        for number, finding in enumerate(findings, 1):
+            if number > 1:
+                out.append("")
+            out.extend(render_finding(finding, s, number, many, verbose=verbose or number == 1))
+    for note in notes:
+        out.append(s(f"note: {note}", "dim"))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,232 @@
+"""Rules as values: built from validated dicts (fresh YAML or the JSON cache), never from code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Every finding carries one of these. The GPU categories are the failures gpufix exists for;
+# `not_gpu` is an ordinary program error that gpufix names plainly instead of guessing.
+CATEGORIES: dict[str, str] = {
+    "oom": "GPU (or accelerator) memory exhausted",
+    "cpu_fallback": "the GPU is not used: CUDA unavailable, CPU-only build, old driver, hidden devices",
+    "illegal_memory_access": "a kernel faulted: illegal address, device-side assert, launch failure",
+    "nccl_hang": "collective communication failed or timed out (NCCL, c10d, rendezvous)",
+    "slow_loader": "the data pipeline cannot feed the GPU or its workers die",
+    "device_mismatch": "tensors of one operation live on different devices",
+    "arch_mismatch": "the installed build has no kernels for this GPU's architecture",
+    "state_dict_prefix": "checkpoint keys carry a wrapper prefix (module., _orig_mod.)",
+    "nan_loss": "NaN/Inf in the loss or gradients",
+    "hardware_xid": "the GPU or its driver reported a hardware fault (Xid, ECC, fallen off the bus)",
+    "not_gpu": "an ordinary program error, not a GPU failure",
+}
+GPU_CATEGORIES = frozenset(CATEGORIES) - {"not_gpu"}
+SEVERITIES = ("critical", "error", "warning", "info")
+CONFIDENCES = ("high", "medium", "low")
+STATUSES = ("stable", "preview", "deprecated")
+FIX_KINDS = ("code", "env", "config", "command")
+
+# How likely a category is to be the root of what else appears in the same log: a hardware
+# fault explains NCCL errors, an OOM on one rank explains the others' timeouts.
+DEFAULT_PRIORITY: dict[str, int] = {
+    "hardware_xid": 90,
+    "arch_mismatch": 85,
+    "cpu_fallback": 80,
+    "oom": 70,
+    "illegal_memory_access": 65,
+    "device_mismatch": 60,
+    "state_dict_prefix": 60,
+    "nan_loss": 55,
+    "slow_loader": 50,
+    "nccl_hang": 40,
+    "not_gpu": 10,
+}
+BUILTIN_FIELDS = ("count", "ranks", "first_line", "source")
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One matcher: a log-line regex, or an exception's type and/or message regex."""
+
+    line: str | None = None
+    exception: str | None = None
+    message: str | None = None
+    ignore_case: bool = False
+
+    def patterns(self) -> list[str]:
+        return [p for p in (self.line, self.exception, self.message) if p is not None]
+
+
+@dataclass(frozen=True)
+class Group:
+    """`all` must match, at least one of `any` (when given), none of `none`."""
+
+    all: tuple[Node, ...] = ()
+    any: tuple[Node, ...] = ()
+    none: tuple[Node, ...] = ()
+
+    def leaves(self) -> list[Leaf]:
+        out: list[Leaf] = []
+        for node in (*self.all, *self.any, *self.none):
+            out.extend(node.leaves() if isinstance(node, Group) else [node])
+        return out
+
+
+Node = Leaf | Group
+
+
+@dataclass(frozen=True)
+class Fix:
+    kind: str
+    title: str
+    detail: str | None = None
+    snippet: str | None = None
+    when: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExperimentRef:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Adds fields by looking up an extracted value in a table (Xid code -> meaning, action)."""
+
+    field: str
+    table: dict[str, dict[str, str]]
+    default: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Examples:
+    match: tuple[str, ...] = ()
+    no_match: tuple[str, ...] = ()
+    known_misses: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    title: str
+    category: str
+    severity: str
+    confidence: str
+    status: str
+    match: Group
+    messages: tuple[str, ...]
+    explanation: str
+    fixes: tuple[Fix, ...]
+    falsepositives: tuple[str, ...]
+    examples: Examples
+    references: tuple[str, ...] = ()
+    experiments: tuple[ExperimentRef, ...] = ()
+    consequence_of: tuple[str, ...] = ()
+    suppresses: tuple[str, ...] = ()
+    fallback: bool = False
+    priority: int = 50
+    derive: dict[str, str] = field(default_factory=dict)
+    lookups: tuple[Lookup, ...] = ()
+    overrides: bool = False
+    source: str = ""
+    line: int = 0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.category in GPU_CATEGORIES
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "", line: int = 0) -> Rule:
+        """Build from a validated dict (see schema.py for what validation guarantees)."""
+        message = data["message"]
+        examples = data.get("examples") or {}
+        return cls(
+            code=data["code"],
+            name=data["name"],
+            title=data["title"],
+            category=data["category"],
+            severity=data["severity"],
+            confidence=data["confidence"],
+            status=data["status"],
+            match=_group(data["match"]),
+            messages=tuple([message] if isinstance(message, str) else message),
+            explanation=data["explanation"].strip(),
+            fixes=tuple(_fix(f) for f in data["fixes"]),
+            falsepositives=tuple(data["falsepositives"]),
+            examples=Examples(
+                tuple(examples.get("match") or ()),
+                tuple(examples.get("no_match") or ()),
+                tuple(examples.get("known_misses") or ()),
+            ),
+            references=tuple(data.get("references") or ()),
+            experiments=tuple(
+                ExperimentRef(e) if isinstance(e, str) else ExperimentRef(e["name"], dict(e.get("params") or {}))
+                for e in data.get("experiments") or ()
+            ),
+            consequence_of=tuple(data.get("consequence_of") or ()),
+            suppresses=tuple(data.get("suppresses") or ()),
+            fallback=bool(data.get("fallback", False)),
+            priority=int(data.get("priority", DEFAULT_PRIORITY[data["category"]])),
+            derive=dict(data.get("derive") or {}),
+            lookups=tuple(
+                Lookup(lk["field"], {str(k): dict(v) for k, v in lk["table"].items()}, lk.get("default"))
+                for lk in data.get("lookup") or ()
+            ),
+            overrides=bool(data.get("overrides", False)),
+            source=source,
+            line=line,
+        )
+
+
+def _group(data: dict[str, Any]) -> Group:
+    def node(item: dict[str, Any]) -> Node:
+        if any(k in item for k in ("all", "any", "none")):
+            return _group(item)
+        return Leaf(item.get("line"), item.get("exception"), item.get("message"), bool(item.get("ignore_case")))
+
+    return Group(
+        tuple(node(i) for i in data.get("all") or ()),
+        tuple(node(i) for i in data.get("any") or ()),
+        tuple(node(i) for i in data.get("none") or ()),
+    )
+
+
+def _fix(data: dict[str, Any]) -> Fix:
+    when = data.get("when") or ()
+    return Fix(
+        data["kind"],
+        data["title"],
+        data.get("detail"),
+        data.get("snippet"),
+        tuple([when] if isinstance(when, str) else when),
+    )
+
+
+class RuleSet:
+    """The loaded rules plus the flat list of distinct line patterns the scanner searches for."""
+
+    def __init__(self, rules: list[Rule], notes: list[str] | None = None) -> None:
+        self.rules = rules
+        self.by_code = {r.code: r for r in rules}
+        self.notes = notes or []
+        self.line_patterns: list[tuple[str, bool]] = []
+        self._line_index: dict[tuple[str, bool], int] = {}
+        for rule in rules:
+            for leaf in rule.match.leaves():
+                if leaf.line is not None:
+                    key = (leaf.line, leaf.ignore_case)
+                    if key not in self._line_index:
+                        self._line_index[key] = len(self.line_patterns)
+                        self.line_patterns.append(key)
+
+    def line_index(self, leaf: Leaf) -> int:
+        assert leaf.line is not None
+        return self._line_index[(leaf.line, leaf.ignore_case)]
+
+    def get(self, code: str) -> Rule | None:
+        return self.by_code.get(code.upper())
+
+    def subset(self, rules: list[Rule]) -> RuleSet:
+        return RuleSet(rules, self.notes)
