@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
 import click
 
 from gpufix.cli import EXIT_ERROR, EXIT_FINDINGS, emit, fail, rules_option, use_color
@@ -65,7 +63,7 @@ def check_cmd(paths: tuple[str, ...]) -> None:
         dirs = loader.rule_dirs(paths)
         files = loader.rule_files(dirs)
         entries, problems = loader.validate_files(files)
-        problems += loader._cross_check(entries, loader.builtin_rules_dir().resolve())
+        problems += loader.cross_check(entries, loader.builtin_rules_dir())
     except RuleError as exc:
         fail(exc)
     for problem in problems:
@@ -81,17 +79,16 @@ def check_cmd(paths: tuple[str, ...]) -> None:
 @click.option("-v", "--verbose", is_flag=True, help="List every example, not only failures.")
 def test_cmd(paths: tuple[str, ...], verbose: bool) -> None:
     """Run each rule's own examples (match, no_match, known_misses). Exit 1 on a failure."""
+    from gpufix.rules import loader
     from gpufix.rules.harness import run_examples
-    from gpufix.rules.loader import load_ruleset
 
     try:
-        ruleset = load_ruleset(paths)
+        ruleset = loader.load_ruleset(paths)
     except GpufixError as exc:
         fail(exc)
     selected = None
     if paths:
-        roots = [Path(p).resolve() for p in paths]
-        selected = [r for r in ruleset.rules if any(Path(r.source).resolve().is_relative_to(p) for p in roots)]
+        selected = [r for r in ruleset.rules if any(loader.is_within(r.source, p) for p in paths)]
     results = run_examples(ruleset, selected)
     failed = [r for r in results if not r.ok]
     for result in results if verbose else failed:

@@ -10,8 +10,6 @@ findings are ordered: root causes by priority then position, consequences after 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gpufix import conditions
 from gpufix.evidence import Evidence, ExceptionRecord, LineRef
 from gpufix.findings import Finding, RenderedFix
@@ -21,13 +19,17 @@ from gpufix.rules.model import Group, Leaf, Rule, RuleSet
 MAX_EVIDENCE_SHOWN = 8
 
 
-@dataclass
 class _Result:
-    matched: bool
-    refs: list[LineRef] = field(default_factory=list)
-    groups: list[dict[str, str]] = field(default_factory=list)
-    count: int = 0
-    overflow: int = 0  # matches counted but not kept (per-pattern cap in the scanner)
+    """What a matcher group found: its lines, captured groups and match counts."""
+
+    __slots__ = ("matched", "refs", "groups", "count", "overflow")
+
+    def __init__(self, matched: bool, count: int = 0, overflow: int = 0) -> None:
+        self.matched = matched
+        self.refs: list[LineRef] = []
+        self.groups: list[dict[str, str]] = []
+        self.count = count
+        self.overflow = overflow  # matches counted but not kept (per-pattern cap in the scanner)
 
 
 def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord]) -> _Result:
@@ -151,6 +153,7 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int]) -> Finding:
         fixes=fixes,
         experiments=[{"name": e.name, "params": dict(e.params)} for e in rule.experiments],
         ranks=sorted({r.rank for r in refs if r.rank is not None}),
+        consequence_of=None,
         references=list(rule.references),
         priority=rule.priority,
         is_gpu=rule.is_gpu,
@@ -188,14 +191,16 @@ def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> 
         return order.get(source, 0), line
 
     ranked = sorted(findings, key=lambda f: (-f.priority, position(f)))
+    causes: dict[str, str] = {}
     for finding in ranked:
         refs = ruleset.by_code[finding.code].consequence_of
         for cause in ranked:
-            if cause is finding or cause.consequence_of == finding.code:
+            if cause is finding or causes.get(cause.code) == finding.code:
                 continue
             if cause.code in refs or f"category:{cause.category}" in refs:
-                finding.consequence_of = cause.code
+                causes[finding.code] = cause.code
                 break
+    ranked = [f._replace(consequence_of=causes.get(f.code)) for f in ranked]
     roots = [f for f in ranked if f.consequence_of is None]
     effects = [f for f in ranked if f.consequence_of is not None]
     return roots + effects

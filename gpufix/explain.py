@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from gpufix.engine import diagnose
@@ -20,13 +19,13 @@ BINARY_SNIFF_BYTES = 65536
 BINARY_CONTROL_RATIO = 0.30
 
 
-@dataclass
 class Diagnosis:
     """What `explain` concluded: findings (root cause first) and the evidence behind them."""
 
-    findings: list[Finding]
-    evidence: Evidence
-    notes: list[str] = field(default_factory=list)
+    def __init__(self, findings: list[Finding], evidence: Evidence, notes: list[str] | None = None) -> None:
+        self.findings = findings
+        self.evidence = evidence
+        self.notes = list(notes or [])
 
     @property
     def root(self) -> Finding | None:
@@ -58,8 +57,10 @@ class Diagnosis:
 def _looks_binary(head: bytes) -> bool:
     if not head:
         return False
+    # Logs may hold a few NULs or invalid UTF-8 bytes; binary files are full of both.
     control = sum(1 for b in head if b < 32 and b not in (9, 10, 13, 27)) + head.count(b"\x7f")
-    return control / len(head) > BINARY_CONTROL_RATIO
+    undecodable = head.decode("utf-8", "replace").count("\ufffd")
+    return (control + undecodable) / len(head) > BINARY_CONTROL_RATIO
 
 
 class _Sniffed:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpufix.evidence import LineRef
 
 
-@dataclass(frozen=True)
-class RenderedFix:
+class RenderedFix(NamedTuple):
     kind: str
     title: str
     detail: str | None = None
@@ -19,8 +17,7 @@ class RenderedFix:
         return {"kind": self.kind, "title": self.title, "detail": self.detail, "snippet": self.snippet}
 
 
-@dataclass
-class Finding:
+class Finding(NamedTuple):
     """One rule's verdict on the evidence, with the lines that show it and what to do."""
 
     code: str
@@ -36,12 +33,12 @@ class Finding:
     evidence_count: int
     fixes: list[RenderedFix]
     experiments: list[dict[str, Any]]
-    ranks: list[int] = field(default_factory=list)
-    consequence_of: str | None = None
-    references: list[str] = field(default_factory=list)
-    priority: int = 50
-    is_gpu: bool = True
-    all_refs: list[LineRef] = field(default_factory=list, repr=False)
+    ranks: list[int]
+    consequence_of: str | None
+    references: list[str]
+    priority: int
+    is_gpu: bool
+    all_refs: list[LineRef]  # every matched line; `evidence` is the first few shown
 
     @property
     def first_position(self) -> tuple[str, int]:

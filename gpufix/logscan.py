@@ -14,7 +14,6 @@ A pattern may span a terminal-wrapped line by using `\\s+` between words.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 from typing import BinaryIO
 
@@ -48,15 +47,6 @@ _MESSAGE_STOP = compile_pattern(
 )
 
 
-def _positions(data: bytes, needle: bytes) -> list[int]:
-    found = []
-    pos = data.find(needle)
-    while pos >= 0:
-        found.append(pos)
-        pos = data.find(needle, pos + 1)
-    return found
-
-
 def split_prefix(line: bytes) -> tuple[bytes, int | None]:
     """Remove a rank/host prefix from one line; return the rest and the rank it named."""
     match = _PREFIX.match(line)
@@ -81,17 +71,15 @@ class _Block:
         data = _ANSI.sub(b"", raw) if b"\x1b" in raw else raw
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n")
-            self._cr = _positions(data, b"\r")
-            data = data.replace(b"\r", b"\n")
-        else:
-            self._cr = []
-        self.data = data
+        # Line numbers count real newlines: keep the text before lone CRs become line breaks
+        # (same length, so positions agree).
+        self._numbering = data
+        self.data = data.replace(b"\r", b"\n") if b"\r" in data else data
         self.first_line = first_line
         self.source = source
 
     def line_number(self, pos: int) -> int:
-        newlines = self.data.count(b"\n", 0, pos)
-        return self.first_line + newlines - bisect.bisect_left(self._cr, pos)
+        return self.first_line + self._numbering.count(b"\n", 0, pos)
 
     def line_bounds(self, pos: int) -> tuple[int, int]:
         start = self.data.rfind(b"\n", 0, pos) + 1

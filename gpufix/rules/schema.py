@@ -80,8 +80,9 @@ def _to_data(node: yaml.Node, problems: list[str], path: str) -> Any:
     return _SCALARS.construct_object(node)
 
 
-def parse_file(path: str, text: str) -> tuple[list[tuple[dict[str, Any], int]], list[str]]:
-    """Parse one rule file into validated rule dicts with their lines, plus problems found."""
+def parse_file(path: str, text: str) -> tuple[list[tuple[dict[str, Any], int, dict[str, int]]], list[str]]:
+    """Parse one rule file into validated rule dicts, their start line and each key's line,
+    plus the problems found."""
     problems: list[str] = []
     try:
         node = yaml.compose(text, Loader=_Loader)
@@ -104,7 +105,7 @@ def parse_file(path: str, text: str) -> tuple[list[tuple[dict[str, Any], int]], 
         before = len(problems)
         _RuleChecker(path, doc, problems).check()
         if len(problems) == before:
-            rules.append((_plain(doc), doc.line))
+            rules.append((_plain(doc), doc.line, {str(k): v for k, v in doc.lines.items()}))
     return rules, problems
 
 

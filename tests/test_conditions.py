@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import pytest
+
+from gpufix import conditions
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1.65 GiB", 1.65 * 2**30), ("0 bytes", 0.0), ("512.00 MiB", 512 * 2**20), ("900000", 900000.0),
+     ("30s", 30.0), ("6,184,517,632 bytes", 6184517632.0), ("2 GB", 2e9)],
+)
+def test_quantity_reads_sizes_numbers_and_durations(text: str, value: float) -> None:
+    assert conditions.quantity(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["cuda:0", "abc", "1.2.3", "12 parsecs", ""])
+def test_quantity_rejects_non_quantities(text: str) -> None:
+    assert conditions.quantity(text) is None
+
+
+def test_holds_compares_sizes_across_units() -> None:
+    fields = {"reserved_unallocated": "1.86 GiB", "device": "cpu"}
+    assert conditions.holds("reserved_unallocated >= 1 GiB", fields)
+    assert not conditions.holds("reserved_unallocated >= 2048 MiB", fields)
+    assert conditions.holds("device == cpu", fields)
+    assert conditions.holds("device != 'cuda:0'", fields)
+    assert conditions.holds("device is set", fields)
+    assert conditions.holds("other is missing", fields)
+    assert not conditions.holds("other > 0", fields)  # a missing field never satisfies a comparison
+
+
+def test_parse_condition_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match="cannot read condition"):
+        conditions.parse_condition("size is big")
+
+
+def test_evaluate_subtracts_sizes_and_keeps_units() -> None:
+    assert conditions.evaluate("reserved - allocated", {"reserved": "5.28 GiB", "allocated": "4.22 GiB"}) == "1.06 GiB"
+    assert conditions.evaluate("a + b", {"a": "3", "b": "4"}) == "7"
+    assert conditions.evaluate("reserved - allocated", {"reserved": "5.28 GiB"}) is None
+
+
+def test_fill_needs_every_placeholder_and_keeps_escaped_braces() -> None:
+    assert conditions.fill("GPU {gpu}: {free} free", {"gpu": "0", "free": "1 GiB"}) == "GPU 0: 1 GiB free"
+    assert conditions.fill("GPU {gpu}: {free} free", {"gpu": "0"}) is None
+    assert conditions.fill("{{k: v}} {x}", {"x": "1"}) == "{k: v} 1"

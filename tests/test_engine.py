@@ -1,0 +1,164 @@
+"""The engine orders root causes before consequences and fills messages and fixes from evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufix.engine import diagnose
+from gpufix.logscan import LogScanner
+from gpufix.rules.loader import load_ruleset
+
+BASE = """\
+severity: error
+confidence: high
+status: stable
+explanation: x
+falsepositives: [none]
+examples: {{match: ['x']}}
+code: {code}
+name: {name}
+title: {title}
+category: {category}
+"""
+
+
+def rule(code: str, category: str, body: str, title: str = "T") -> str:
+    return BASE.format(code=code, name=code.lower() + "-rule", title=title, category=category) + body
+
+
+def ruleset_from(tmp_path: Path, *rules: str):
+    for i, text in enumerate(rules):
+        (tmp_path / f"r{i}.yaml").write_text(text)
+    return load_ruleset([str(tmp_path)], builtin=False, use_cache=False)
+
+
+def run(ruleset, text: str):
+    evidence = LogScanner(ruleset.line_patterns).scan_bytes(text.encode(), "log")
+    return diagnose(evidence, ruleset)
+
+
+OOM = rule("TMEM001", "oom", """\
+match: {any: [{line: 'out of memory on rank (?P<r>\\d+)'}]}
+message: 'rank {r} ran out of memory'
+fixes: [{kind: config, title: smaller batch}]
+""")
+TIMEOUT = rule("TDST001", "nccl_hang", """\
+match: {any: [{line: 'Watchdog caught collective operation timeout'}]}
+message: 'collective timed out on ranks {ranks}'
+consequence_of: [category:oom]
+fixes: [{kind: env, title: debug, snippet: NCCL_DEBUG=INFO}]
+""")
+FALLBACK = rule("TGEN000", "not_gpu", """\
+match: {any: [{exception: '(?P<type>[\\w.]+)', message: '(?P<msg>.*)'}]}
+fallback: true
+message: '{type}: {msg}'
+fixes: [{kind: code, title: read the traceback}]
+""")
+
+
+def test_one_ranks_oom_is_the_root_and_the_timeouts_its_consequence(tmp_path: Path) -> None:
+    rs = ruleset_from(tmp_path, OOM, TIMEOUT)
+    log = ("[rank0]: Watchdog caught collective operation timeout\n"
+           "[rank2]: Watchdog caught collective operation timeout\n"
+           "[rank1]: out of memory on rank 1\n")
+    findings = run(rs, log)
+    assert [f.code for f in findings] == ["TMEM001", "TDST001"]
+    assert findings[0].consequence_of is None
+    assert findings[1].consequence_of == "TMEM001"
+    assert findings[1].message == "collective timed out on ranks 0, 2"
+    assert findings[0].message == "rank 1 ran out of memory"
+    assert [(r.line, r.rank) for r in findings[1].evidence] == [(1, 0), (2, 2)]
+
+
+def test_without_the_cause_the_timeout_is_the_root(tmp_path: Path) -> None:
+    rs = ruleset_from(tmp_path, OOM, TIMEOUT)
+    findings = run(rs, "Watchdog caught collective operation timeout\n")
+    assert [f.code for f in findings] == ["TDST001"]
+    assert findings[0].consequence_of is None
+
+
+def test_fallback_names_only_unexplained_exceptions(tmp_path: Path) -> None:
+    rs = ruleset_from(tmp_path, OOM, FALLBACK)
+    assert run(rs, "RuntimeError: out of memory on rank 0\n")[0].code == "TMEM001"
+    assert [f.code for f in run(rs, "RuntimeError: out of memory on rank 0\n")] == ["TMEM001"]
+    findings = run(rs, "Traceback (most recent call last):\nKeyError: 'label'\n")
+    assert [f.code for f in findings] == ["TGEN000"]
+    assert findings[0].message == "KeyError: 'label'"
+    assert not findings[0].is_gpu
+
+
+def test_suppresses_drops_the_less_specific_rule(tmp_path: Path) -> None:
+    generic = rule("TKRN001", "illegal_memory_access", """\
+match: {any: [{line: 'device-side assert triggered'}]}
+message: generic
+fixes: [{kind: env, title: blocking, snippet: CUDA_LAUNCH_BLOCKING=1}]
+""")
+    specific = rule("TKRN002", "illegal_memory_access", """\
+match:
+  all: [{line: 'Assertion `(?P<cond>[^`]+)` failed'}]
+  any: [{line: 'device-side assert triggered'}]
+message: 'assert {cond}'
+suppresses: [TKRN001]
+fixes: [{kind: code, title: check labels}]
+""")
+    rs = ruleset_from(tmp_path, generic, specific)
+    findings = run(rs, "Loss.cu:250: Assertion `t >= 0 && t < n_classes` failed.\nRuntimeError: CUDA error: device-side assert triggered\n")
+    assert [f.code for f in findings] == ["TKRN002"]
+    assert findings[0].message == "assert t >= 0 && t < n_classes"
+    assert [r.line for r in findings[0].evidence] == [1, 2]
+    assert [f.code for f in run(rs, "RuntimeError: CUDA error: device-side assert triggered\n")] == ["TKRN001"]
+
+
+def test_none_blocks_and_all_requires(tmp_path: Path) -> None:
+    body = """\
+match:
+  all: [{line: 'alpha'}, {line: 'beta'}]
+  none: [{line: 'gamma'}]
+message: m
+fixes: [{kind: code, title: f}]
+"""
+    rs = ruleset_from(tmp_path, rule("TNUM001", "nan_loss", body))
+    assert run(rs, "alpha\nbeta\n")
+    assert not run(rs, "alpha\n")
+    assert not run(rs, "alpha\nbeta\ngamma\n")
+
+
+def test_guarded_fixes_derived_fields_and_message_fallbacks(tmp_path: Path) -> None:
+    body = """\
+match: {any: [{line: 'reserved (?P<reserved>[\\d.]+ GiB), allocated (?P<allocated>[\\d.]+ GiB)'}, {line: 'bare oom'}]}
+derive: {slack: reserved - allocated}
+message: ['{slack} reserved but unused', 'out of memory']
+fixes:
+  - {kind: env, title: 'expandable segments for {slack}', when: slack >= 1 GiB}
+  - {kind: config, title: smaller batch}
+"""
+    rs = ruleset_from(tmp_path, rule("TMEM002", "oom", body))
+    big = run(rs, "reserved 5.50 GiB, allocated 2.00 GiB\n")[0]
+    assert big.message == "3.50 GiB reserved but unused"
+    assert [f.title for f in big.fixes] == ["expandable segments for 3.50 GiB", "smaller batch"]
+    small = run(rs, "reserved 2.50 GiB, allocated 2.00 GiB\n")[0]
+    assert [f.title for f in small.fixes] == ["smaller batch"]
+    bare = run(rs, "bare oom\n")[0]
+    assert bare.message == "out of memory"
+
+
+def test_lookup_tables_add_fields(tmp_path: Path) -> None:
+    body = """\
+match: {any: [{line: 'Xid \\(PCI:(?P<pci>[\\w:.]+)\\): (?P<xid>\\d+),'}]}
+lookup:
+  - field: xid
+    table: {'79': {meaning: fallen off the bus, action: drain the node}}
+    default: {meaning: 'unknown Xid {xid}', action: check the catalogue}
+message: 'Xid {xid} on {pci}: {meaning}; {action}'
+fixes: [{kind: command, title: '{action}'}]
+"""
+    rs = ruleset_from(tmp_path, rule("THW001", "hardware_xid", body))
+    assert run(rs, "NVRM: Xid (PCI:0000:3b:00): 79, pid=1\n")[0].message == "Xid 79 on 0000:3b:00: fallen off the bus; drain the node"
+    assert run(rs, "NVRM: Xid (PCI:0000:3b:00): 7, pid=1\n")[0].message == "Xid 7 on 0000:3b:00: unknown Xid 7; check the catalogue"
+
+
+def test_priority_orders_independent_root_causes(tmp_path: Path) -> None:
+    hw = rule("THW002", "hardware_xid", "match: {any: [{line: 'fallen off the bus'}]}\nmessage: m\nfixes: [{kind: command, title: f}]\n")
+    rs = ruleset_from(tmp_path, OOM, hw)
+    findings = run(rs, "out of memory on rank 0\nGPU has fallen off the bus\n")
+    assert [f.code for f in findings] == ["THW002", "TMEM001"]  # hardware outranks, though it came later

@@ -1,0 +1,103 @@
+"""The scanner reads messy logs as bytes: prefixes, colours, CR/CRLF, wraps, bad UTF-8, giant lines."""
+
+from __future__ import annotations
+
+import io
+
+from gpufix.logscan import BLOCK_BYTES, MAX_HITS_KEPT, LogScanner, split_prefix
+
+PATTERNS = [(r"CUDA out of memory\.\s+Tried\s+to\s+allocate\s+(?P<requested>[\d.]+ [KMG]iB)", False),
+            (r"found at least two devices, (?P<a>\S+)\s+and (?P<b>[\w:]+)!", False),
+            (r"widget", True)]
+
+
+def scan(data: bytes):
+    return LogScanner(PATTERNS).scan_bytes(data, "log")
+
+
+def lines_of(evidence, index: int) -> list[int]:
+    return [hit.first.line for hit in evidence.hits.get(index, [])]
+
+
+def test_line_numbers_count_real_newlines_only() -> None:
+    data = b"a\r\nb\nprogress 10%\rprogress 90%\rCUDA out of memory. Tried to allocate 2.00 GiB\nc\n"
+    ev = scan(data)
+    assert lines_of(ev, 0) == [3]
+    assert ev.hits[0][0].first.text == "CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert ev.lines_read == 4
+
+
+def test_crlf_and_ansi_are_removed_before_matching() -> None:
+    ev = scan(b"ok\r\n\x1b[31mRuntimeError: CUDA out of\x1b[0m memory. Tried to allocate 1.00 GiB\r\n")
+    assert lines_of(ev, 0) == [2]
+    assert ev.hits[0][0].groups == {"requested": "1.00 GiB"}
+    assert ev.exceptions[0].type == "RuntimeError"
+    assert ev.exceptions[0].message.startswith("CUDA out of memory")
+
+
+def test_rank_prefixes_are_read() -> None:
+    for line, rank in [(b"[rank3]: widget", 3), (b"[default0]:widget", 0), (b"12: widget", 12),
+                       (b"[1,5]<stderr>:widget", 5), (b"node7: [rank2]: widget", 2)]:
+        ev = scan(line + b"\n")
+        assert ev.hits[2][0].first.rank == rank, line
+        assert ev.hits[2][0].first.text == "widget"
+    assert split_prefix(b"plain widget") == (b"plain widget", None)
+
+
+def test_a_wrapped_message_matches_across_the_line_break() -> None:
+    data = (b"09:47:52 ERROR Exception: Expected all tensors to be on the same device, but found at least two devices, cpu\n"
+            b"                         and cuda:0! (when checking argument for argument mat1)\n")
+    ev = scan(data)
+    hit = ev.hits[1][0]
+    assert hit.groups == {"a": "cpu", "b": "cuda:0"}
+    assert [ref.line for ref in hit.lines] == [1, 2]
+
+
+def test_invalid_utf8_and_nul_bytes_do_not_stop_matching() -> None:
+    ev = scan(b"\xff\xfe\x00garbage\x00\nCUDA out of memory. Tried to allocate 3.00 GiB \xc3\x28\n")
+    assert lines_of(ev, 0) == [2]
+    assert "\ufffd" in ev.hits[0][0].first.text
+
+
+def test_exceptions_and_their_chain() -> None:
+    data = (b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+            b"KeyError: 'label'\n\nDuring handling of the above exception, another exception occurred:\n\n"
+            b"Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+            b"[rank1]: torch.distributed.DistBackendError: NCCL error\nCUDA kernel errors might be asynchronously reported\n")
+    ev = scan(data)
+    assert [(e.type, e.ref.line, e.cause) for e in ev.exceptions] == [
+        ("KeyError", 3, None), ("torch.distributed.DistBackendError", 9, 0)]
+    assert ev.exceptions[1].ref.rank == 1
+    assert ev.exceptions[1].message == "NCCL error\nCUDA kernel errors might be asynchronously reported"
+    assert ev.exceptions[1].short_type == "DistBackendError"
+
+
+def test_a_message_continues_on_following_lines() -> None:
+    ev = scan(b"AssertionError:\nFound no NVIDIA driver on your system. Please check that you\nhave an NVIDIA GPU\n\nnext\n")
+    assert ev.exceptions[0].message.startswith("Found no NVIDIA driver on your system.")
+
+
+def test_hits_are_capped_but_counted() -> None:
+    ev = scan(b"widget\n" * (MAX_HITS_KEPT * 3))
+    assert len(ev.hits[2]) == MAX_HITS_KEPT
+    assert ev.hit_counts[2] == MAX_HITS_KEPT * 3
+
+
+def test_line_numbers_are_right_across_blocks() -> None:
+    filler = b"x" * 99 + b"\n"
+    count = (BLOCK_BYTES // len(filler)) * 3
+    data = filler * count + b"widget\n"
+    ev = LogScanner(PATTERNS).scan_stream(io.BytesIO(data), "big")
+    assert lines_of(ev, 2) == [count + 1]
+
+
+def test_a_line_longer_than_a_block_is_scanned_in_pieces() -> None:
+    data = b"y" * (BLOCK_BYTES * 3 + 17) + b" widget\nwidget\n"
+    ev = LogScanner(PATTERNS).scan_stream(io.BytesIO(data), "giant")
+    assert lines_of(ev, 2) == [1, 2]
+    assert any("longer than" in note for note in ev.notes)
+    assert all(len(hit.first.text) <= 402 for hit in ev.hits[2])
+
+
+def test_last_line_without_newline_is_scanned() -> None:
+    assert lines_of(scan(b"a\nwidget"), 2) == [2]
