@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import click
 
@@ -66,6 +67,11 @@ def check_cmd(paths: tuple[str, ...]) -> None:
         problems += loader.cross_check(entries, loader.builtin_rules_dir())
     except RuleError as exc:
         fail(exc)
+    if paths:  # report on what was asked; the rest of the pack only resolves references
+        asked = {os.path.realpath(f) for f in loader.rule_files(list(paths))}
+        files = [f for f in files if os.path.realpath(f) in asked]
+        entries = [e for e in entries if os.path.realpath(e["source"]) in asked]
+        problems = [p for p in problems if any(p.startswith(f + ":") for f in files)]
     for problem in problems:
         click.echo(problem)
     if problems:

@@ -58,7 +58,8 @@ def _looks_binary(head: bytes) -> bool:
     if not head:
         return False
     # Logs may hold a few NULs or invalid UTF-8 bytes; binary files are full of both.
-    control = sum(1 for b in head if b < 32 and b not in (9, 10, 13, 27)) + head.count(b"\x7f")
+    # Backspace and form feed are text here: Keras progress bars are a third backspaces.
+    control = sum(1 for b in head if b < 32 and b not in (8, 9, 10, 11, 12, 13, 27)) + head.count(b"\x7f")
     undecodable = head.decode("utf-8", "replace").count("\ufffd")
     return (control + undecodable) / len(head) > BINARY_CONTROL_RATIO
 

@@ -57,7 +57,15 @@ def rule_files(paths: list[str]) -> list[str]:
             files.extend(sorted(found))
         else:
             raise RuleError([f"{path}: no such rule file or folder"], hint="check --rules and GPUFIX_RULES_PATH")
-    return files
+    # A folder named twice (the built-in pack and `rules check rules/memory`) is read once.
+    seen: set[str] = set()
+    unique = []
+    for path in files:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            unique.append(path)
+    return unique
 
 
 def is_within(path: str, folder: str) -> bool:
