@@ -51,7 +51,8 @@ def _is_size(text: str) -> bool:
 
 
 def placeholders(template: str) -> list[str]:
-    return _PLACEHOLDER.findall(template)
+    """Field names a template uses (`{{`/`}}` are literal braces, not placeholders)."""
+    return _PLACEHOLDER.findall(template.replace("{{", "").replace("}}", ""))
 
 
 def fill(template: str, fields: dict[str, str]) -> str | None:

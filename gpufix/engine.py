@@ -112,7 +112,7 @@ def _fields(rule: Rule, result: _Result, refs: list[LineRef]) -> dict[str, str]:
             for key, value in row.items():
                 fields.setdefault(key, conditions.fill(value, fields) or value)
     ranks = sorted({ref.rank for ref in refs if ref.rank is not None})
-    fields["count"] = str(result.count)
+    fields["count"] = str(len(refs) + result.overflow)  # lines, not pattern hits: one line may match twice
     if ranks:
         fields["ranks"] = ", ".join(map(str, ranks))
     if refs:

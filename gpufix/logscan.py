@@ -36,14 +36,15 @@ _PREFIX_RE = (
 _PREFIX = compile_pattern("^" + _PREFIX_RE + r"[ \t]?")
 _EXCEPTION = compile_pattern(
     r"^(?:" + _PREFIX_RE + r")?[ \t]*"
-    r"(?:(?P<type>(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault))"
+    # A bare `Exception: msg` counts (raise Exception(...)); a bare `Error:` is too common in logs.
+    r"(?:(?P<type>(?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault)|Exception))"
     r"(?:[ \t]*$|:(?P<message>[^\n]*)$)"
     r"|(?P<chain>During handling of the above exception|The above exception was the direct cause))"
 )
 # Lines that end an exception message's continuation.
 _MESSAGE_STOP = compile_pattern(
     r"^\s*(?:Traceback \(most recent call last\)|File \"|During handling|The above exception|"
-    r"[A-Za-z_][\w.]*(?:Error|Exception|Warning):|\[[A-Z]\d|frame #|Exception raised from)"
+    r"(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Warning):|\[[A-Z]\d|frame #|Exception raised from)"
 )
 
 

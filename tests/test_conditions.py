@@ -45,3 +45,7 @@ def test_fill_needs_every_placeholder_and_keeps_escaped_braces() -> None:
     assert conditions.fill("GPU {gpu}: {free} free", {"gpu": "0", "free": "1 GiB"}) == "GPU 0: 1 GiB free"
     assert conditions.fill("GPU {gpu}: {free} free", {"gpu": "0"}) is None
     assert conditions.fill("{{k: v}} {x}", {"x": "1"}) == "{k: v} 1"
+
+
+def test_escaped_braces_are_not_placeholders() -> None:
+    assert conditions.placeholders('f"cuda:{{local_rank}}" on {gpu}') == ["gpu"]

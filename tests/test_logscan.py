@@ -101,3 +101,8 @@ def test_a_line_longer_than_a_block_is_scanned_in_pieces() -> None:
 
 def test_last_line_without_newline_is_scanned() -> None:
     assert lines_of(scan(b"a\nwidget"), 2) == [2]
+
+
+def test_a_bare_exception_type_counts_but_a_bare_error_does_not() -> None:
+    ev = scan(b"Exception: Current loss scale already at minimum\nError: retrying download\n")
+    assert [(e.type, e.message) for e in ev.exceptions] == [("Exception", "Current loss scale already at minimum")]
