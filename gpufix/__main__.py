@@ -1,6 +1,6 @@
 """`python -m gpufix`."""
 
-from gpufix.cli import main
+from gpufix.entry import main
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,7 @@ def _load(rule_dirs: tuple[str, ...]):  # noqa: ANN202 - RuleSet, imported lazil
     from gpufix.rules.loader import load_ruleset
 
     try:
-        return load_ruleset(rule_dirs)
+        return load_ruleset(rule_dirs, full=True)
     except GpufixError as exc:
         fail(exc)
 
@@ -89,7 +89,7 @@ def test_cmd(paths: tuple[str, ...], verbose: bool) -> None:
     from gpufix.rules.harness import run_examples
 
     try:
-        ruleset = loader.load_ruleset(paths)
+        ruleset = loader.load_ruleset(paths, full=True)
     except GpufixError as exc:
         fail(exc)
     selected = None

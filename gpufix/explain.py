@@ -93,6 +93,14 @@ def _scan(scanner: LogScanner, stream: BinaryIO, source: str) -> Evidence:
         raise InputError(f"cannot read {source}: {exc.strerror or exc}") from None
 
 
+def _record_output(path: str) -> str:
+    """A `gpufix run` record folder (meta.json + output.log) stands for its output.log."""
+    log = os.path.join(path, "output.log")
+    if os.path.isfile(os.path.join(path, "meta.json")) and os.path.isfile(log):
+        return log
+    return path
+
+
 def _open(path: str) -> BinaryIO:
     try:
         st = os.stat(path)
@@ -110,13 +118,14 @@ def _open(path: str) -> BinaryIO:
 
 def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -> Diagnosis:
     """Scan each input (`-` is stdin) and diagnose them together, as one failure."""
-    scanner = LogScanner(ruleset.line_patterns)
+    scanner = LogScanner.for_rules(ruleset)
     evidence = Evidence()
     for path in paths or [STDIN]:
         if path == STDIN:
             stream = stdin if stdin is not None else sys.stdin.buffer
             evidence.merge(_scan(scanner, stream, "<stdin>"))
         else:
+            path = _record_output(path)
             with _open(path) as stream:
                 evidence.merge(_scan(scanner, stream, path))
     if evidence.bytes_read == 0:

@@ -15,10 +15,13 @@ A pattern may span a terminal-wrapped line by using `\\s+` between words.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
 from gpufix.regex import PatternSet, compile_pattern, decode_groups
+
+if TYPE_CHECKING:
+    from gpufix.rules.model import RuleSet
 
 BLOCK_BYTES = 1 << 20
 MAX_HITS_KEPT = 50
@@ -107,8 +110,13 @@ class _Block:
 class LogScanner:
     """Scans inputs for one pattern list; reusable across files."""
 
-    def __init__(self, patterns: list[tuple[str, bool]]) -> None:
-        self.pattern_set = PatternSet(patterns)
+    def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None) -> None:
+        self.pattern_set = PatternSet(patterns, literals)
+
+    @classmethod
+    def for_rules(cls, ruleset: RuleSet) -> LogScanner:
+        """A scanner for a rule pack's line patterns (with their literals, when known)."""
+        return cls(ruleset.line_patterns, ruleset.line_literals())
 
     def scan_stream(self, stream: BinaryIO, source: str) -> Evidence:
         """Scan a binary stream to its end; the stream is read in blocks, never whole."""

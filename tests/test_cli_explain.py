@@ -128,12 +128,12 @@ def test_broken_pipe_is_quiet() -> None:
 def test_explain_imports_no_torch_nvml_metadata_yaml_or_rich() -> None:
     code = (
         "import sys\n"
-        "from gpufix.cli import main\n"
+        "from gpufix.entry import main\n"
         "try:\n"
         f"    main(['explain', {str(OOM)!r}])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = ['torch', 'pynvml', 'importlib.metadata', 'yaml', 'rich', 'numpy']\n"
+        "heavy = ['torch', 'pynvml', 'importlib.metadata', 'yaml', 'rich', 'numpy', 'click']\n"
         "print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr)\n"
     )
     for _ in range(2):  # the first run may build the rule cache (imports yaml); the second must not
@@ -145,3 +145,29 @@ def test_version_and_help() -> None:
     assert run_gpufix("--version").stdout.startswith(b"gpufix, version")
     help_text = run_gpufix("--help").stdout
     assert b"explain" in help_text and b"rules" in help_text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--format=json"], ["--format", "json"], ["--brief", "--format", "markdown"], ["--rules", str(FIXTURES / "quickstart"), "--format", "json"]],
+)
+def test_fast_path_and_click_agree(args: list[str], tmp_path: Path) -> None:
+    """A plain explain is parsed without click; the click command must give the same result."""
+    from gpufix.entry import simple_explain_args
+
+    assert simple_explain_args(["explain", *args, str(OOM)]) is not None
+    fast = run_gpufix("explain", *args, str(OOM))
+    # `--` is not a simple invocation: it takes click's path through the same run_explain.
+    slow = run_gpufix("explain", *args, "--", str(OOM))
+    assert fast.returncode == slow.returncode == 1
+    assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--format"], ["--format", "yaml"], ["--bogus"], ["-x"]])
+def test_anything_unusual_goes_to_click(args: list[str]) -> None:
+    from gpufix.entry import simple_explain_args
+
+    assert simple_explain_args(["explain", *args]) is None
+    result = run_gpufix("explain", *args)
+    assert b"Traceback" not in result.stderr
+    assert result.returncode == (0 if args == ["--help"] else 2)

@@ -35,7 +35,7 @@ class ExampleResult:
 def fires(rule: Rule, ruleset: RuleSet, text: str) -> bool:
     """Whether `rule` alone fires on `text` (the other rules cannot hide or suppress it)."""
     alone = ruleset.subset([rule])
-    evidence = LogScanner(alone.line_patterns).scan_bytes(text.encode("utf-8"), f"<{rule.code} example>")
+    evidence = LogScanner.for_rules(alone).scan_bytes(text.encode("utf-8"), f"<{rule.code} example>")
     return any(f.code == rule.code for f in diagnose(evidence, alone))
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from gpufix import __version__
 from gpufix.errors import RuleError
-from gpufix.rules.model import CATEGORIES, Rule, RuleSet
+from gpufix.rules.model import CATEGORIES, Rule, RuleSet, pattern_key
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")
@@ -89,21 +89,28 @@ def _cache_key(files: list[str]) -> str:
     parts = [f"{__version__}/{SCHEMA_VERSION}/{sys.version}"]
     for path in files:
         st = os.stat(path)
-        parts.append(f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}")
+        parts.append(f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}")
     return "\n".join(parts)
 
 
-def load_ruleset(extra: list[str] | tuple[str, ...] = (), builtin: bool = True, use_cache: bool = True) -> RuleSet:
-    """Load the built-in pack plus user folders; raises RuleError listing every problem."""
+def load_ruleset(
+    extra: list[str] | tuple[str, ...] = (), builtin: bool = True, use_cache: bool = True, full: bool = False,
+) -> RuleSet:
+    """Load the built-in pack plus user folders; raises RuleError listing every problem.
+
+    Two caches are kept: a lean one for diagnosis (no examples or false-positive notes, which
+    are most of the bytes) and, with `full=True`, everything for `rules show` and `rules test`.
+    """
     files = rule_files(rule_dirs(extra, builtin))
     key = _cache_key(files)
-    cache_file = os.path.join(_cache_dir(), f"rules-{zlib.crc32(key.encode()):08x}.marshal") if use_cache else None
-    if cache_file is not None:
+    name = f"rules-{zlib.crc32(key.encode()):08x}"
+    cache_dir = _cache_dir()
+    if use_cache:
         try:
-            with open(cache_file, "rb") as f:
-                cached = marshal.load(f)
+            with open(os.path.join(cache_dir, name + (".full" if full else ".lean")), "rb") as f:
+                cached = marshal.loads(f.read())  # 5x faster than marshal.load(f)
             if cached["key"] == key:
-                return _build(cached["entries"])
+                return _build(cached["entries"], cached["literals"])
         except (OSError, ValueError, EOFError, KeyError, TypeError):
             pass  # no cache yet, or a stale/corrupt one: validate afresh
     entries, problems = validate_files(files)
@@ -111,9 +118,28 @@ def load_ruleset(extra: list[str] | tuple[str, ...] = (), builtin: bool = True, 
     if problems:
         raise RuleError(problems, hint="run `gpufix rules check` on the folder to see every problem")
     entries = _apply_overrides(entries)
-    if cache_file is not None:
-        _write_cache(cache_file, {"key": key, "entries": entries})
-    return _build(entries)
+    literals = _literals(entries)
+    if use_cache:
+        lean = [{**e, "rule": {k: v for k, v in e["rule"].items() if k not in _NOT_FOR_DIAGNOSIS}} for e in entries]
+        _write_cache(os.path.join(cache_dir, name + ".lean"), {"key": key, "entries": lean, "literals": literals})
+        _write_cache(os.path.join(cache_dir, name + ".full"), {"key": key, "entries": entries, "literals": literals})
+    return _build(entries, literals)
+
+
+# Keys a diagnosis never reads; the lean cache leaves them out.
+_NOT_FOR_DIAGNOSIS = ("examples", "falsepositives")
+
+
+def _literals(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Required literals of every line pattern (see literals.py), keyed by pattern_key."""
+    from gpufix.rules.literals import required_literals
+
+    out: dict[str, Any] = {}
+    for rule in _build(entries, {}).rules:
+        for leaf in rule.match.leaves():
+            if leaf.line is not None:
+                out[pattern_key(leaf.line, leaf.ignore_case)] = required_literals(leaf.line, leaf.ignore_case)
+    return out
 
 
 def validate_files(files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -192,9 +218,9 @@ def _write_cache(cache_file: str, content: dict[str, Any]) -> None:
         pass  # a read-only home or full disk costs start-up time, nothing else
 
 
-def _build(entries: list[dict[str, Any]]) -> RuleSet:
+def _build(entries: list[dict[str, Any]], literals: dict[str, Any]) -> RuleSet:
     rules = [Rule.from_dict(e["rule"], e["source"], e["line"]) for e in entries]
     for rule in rules:
         if rule.category not in CATEGORIES:  # a cache written by another schema
             raise KeyError(rule.category)
-    return RuleSet(rules)
+    return RuleSet(rules, literals=literals)

@@ -150,7 +150,7 @@ class Rule(NamedTuple):
             messages=tuple([message] if isinstance(message, str) else message),
             explanation=data["explanation"].strip(),
             fixes=tuple(_fix(f) for f in data["fixes"]),
-            falsepositives=tuple(data["falsepositives"]),
+            falsepositives=tuple(data.get("falsepositives") or ()),  # absent from the lean cache
             examples=Examples(
                 tuple(examples.get("match") or ()),
                 tuple(examples.get("no_match") or ()),
@@ -203,10 +203,13 @@ def _fix(data: dict[str, Any]) -> Fix:
 class RuleSet:
     """The loaded rules plus the flat list of distinct line patterns the scanner searches for."""
 
-    def __init__(self, rules: list[Rule], notes: list[str] | None = None) -> None:
+    def __init__(self, rules: list[Rule], notes: list[str] | None = None,
+                 literals: dict[str, Any] | None = None) -> None:
         self.rules = rules
         self.by_code = {r.code: r for r in rules}
         self.notes = notes or []
+        # pattern_key(...) -> required literals (see literals.py); absent means "not computed"
+        self.literals = literals or {}
         self.line_patterns: list[tuple[str, bool]] = []
         self._line_index: dict[tuple[str, bool], int] = {}
         for rule in rules:
@@ -217,6 +220,12 @@ class RuleSet:
                         self._line_index[key] = len(self.line_patterns)
                         self.line_patterns.append(key)
 
+    def line_literals(self) -> list[Any] | None:
+        """Required literals of each line pattern, or None when they were not computed."""
+        if not self.literals:
+            return None
+        return [self.literals.get(pattern_key(p, ic)) for p, ic in self.line_patterns]
+
     def line_index(self, leaf: Leaf) -> int:
         assert leaf.line is not None
         return self._line_index[(leaf.line, leaf.ignore_case)]
@@ -225,4 +234,8 @@ class RuleSet:
         return self.by_code.get(code.upper())
 
     def subset(self, rules: list[Rule]) -> RuleSet:
-        return RuleSet(rules, self.notes)
+        return RuleSet(rules, self.notes, self.literals)
+
+
+def pattern_key(pattern: str, ignore_case: bool) -> str:
+    return ("i:" if ignore_case else "c:") + pattern
