@@ -21,6 +21,7 @@ __all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "cli", "emit", "fail", "
 _COMMANDS = {
     "explain": ("gpufix.cli", "explain_cmd", "Diagnose a pasted traceback or log files (offline, no GPU needed)."),
     "rules": ("gpufix.cli_rules", "rules_group", "List, show, check and test diagnosis rules."),
+    "doctor": ("gpufix.cli_doctor", "doctor_cmd", "Pre-flight check of driver, CUDA stack and GPUs."),
 }
 
 

@@ -1,0 +1,208 @@
+"""The one module that touches NVML (package `nvidia-ml-py`, module `pynvml`).
+
+`pynvml` is imported inside functions only, so importing gpufix costs nothing on machines without
+a GPU. Every NVML call goes through `NvmlQuery.call`, which turns a failed or unsupported call
+into `None` and records it in `unsupported`; a missing driver is a normal answer
+(`GpuInventory(available=False, ...)`), never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+from gpufix.telemetry.inventory import GpuInfo, GpuInventory, GpuProcess, throttle_names
+
+_MIB = 1024 * 1024
+
+# NVML return codes (nvml.h) that decide how a failed nvmlInit is explained.
+_INIT_ERROR_KINDS = {
+    4: "no_permission",  # NVML_ERROR_NO_PERMISSION
+    9: "driver_not_loaded",  # NVML_ERROR_DRIVER_NOT_LOADED
+    12: "library_not_found",  # NVML_ERROR_LIBRARY_NOT_FOUND
+    18: "driver_library_mismatch",  # NVML_ERROR_LIB_RM_VERSION_MISMATCH
+}
+
+# Constants from nvml.h, used as call arguments (kept literal so tests need no real pynvml).
+_TEMPERATURE_GPU = 0
+_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+_MEMORY_ERROR_UNCORRECTED = 1
+_VOLATILE_ECC, _AGGREGATE_ECC = 0, 1
+_RETIRE_CAUSE_SBE, _RETIRE_CAUSE_DBE = 0, 1
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class NvmlQuery:
+    """Calls pynvml functions by name; failures become `None` and are remembered."""
+
+    module: ModuleType
+    unsupported: list[str] = field(default_factory=list)
+
+    def call(self, where: str, name: str, *args: Any) -> Any:
+        """`module.name(*args)`, or None (recording `where name: reason`) if it fails."""
+        fn: Callable[..., Any] | None = getattr(self.module, name, None)
+        if fn is None:
+            self.unsupported.append(f"{where} {name}: not in this nvidia-ml-py")
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - NVMLError_* and ctypes trouble alike
+            self.unsupported.append(f"{where} {name}: {_describe(exc)}".strip())
+            return None
+
+    def first(self, where: str, names: tuple[str, ...], *args: Any) -> Any:
+        """The first of several equivalent calls (new name, then deprecated) that answers."""
+        before = len(self.unsupported)
+        for name in names:
+            value = self.call(where, name, *args)
+            if value is not None:
+                del self.unsupported[before:]
+                return value
+        del self.unsupported[before + 1:]
+        return None
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - NVMLError.__str__ itself calls into NVML
+        text = ""
+    return text or type(exc).__name__
+
+
+class NvmlInventorySource:
+    """The real reader. `module` may be injected (a stand-in for `pynvml` in tests)."""
+
+    def __init__(self, module: ModuleType | None = None) -> None:
+        self._module = module
+
+    def inventory(self) -> GpuInventory:
+        module = self._module
+        if module is None:
+            try:
+                import pynvml as module  # noqa: PLC0415 - lazy on purpose
+            except ImportError as exc:
+                return GpuInventory(available=False, error=f"nvidia-ml-py is not installed ({exc})", error_kind="pynvml_missing")
+        try:
+            module.nvmlInit()
+        except Exception as exc:  # noqa: BLE001
+            code = getattr(exc, "value", None)
+            return GpuInventory(available=False, error=_describe(exc), error_kind=_INIT_ERROR_KINDS.get(code, "unknown"))
+        try:
+            return _snapshot(NvmlQuery(module))
+        finally:
+            try:
+                module.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _snapshot(q: NvmlQuery) -> GpuInventory:
+    count = q.call("system", "nvmlDeviceGetCount") or 0
+    gpus = []
+    for index in range(count):
+        handle = q.call(f"GPU{index}", "nvmlDeviceGetHandleByIndex", index)
+        if handle is not None:
+            gpus.append(_gpu(q, index, handle))
+        else:
+            gpus.append(GpuInfo(index=index))
+    return GpuInventory(
+        available=True,
+        driver_version=_text(q.call("system", "nvmlSystemGetDriverVersion")),
+        cuda_driver_version=q.call("system", "nvmlSystemGetCudaDriverVersion"),
+        nvml_version=_text(q.call("system", "nvmlSystemGetNVMLVersion")),
+        gpus=tuple(gpus),
+        unsupported=tuple(q.unsupported),
+    )
+
+
+def _gpu(q: NvmlQuery, index: int, h: Any) -> GpuInfo:
+    at = f"GPU{index}"
+    mem = q.call(at, "nvmlDeviceGetMemoryInfo", h)
+    pci = q.call(at, "nvmlDeviceGetPciInfo", h)
+    cc = q.call(at, "nvmlDeviceGetCudaComputeCapability", h)
+    persistence = q.call(at, "nvmlDeviceGetPersistenceMode", h)
+    ecc = q.call(at, "nvmlDeviceGetEccMode", h)
+    ecc_on = bool(ecc[0]) if ecc is not None else None
+    unc_vol = unc_agg = None
+    if ecc_on:
+        unc_vol = q.call(at, "nvmlDeviceGetTotalEccErrors", h, _MEMORY_ERROR_UNCORRECTED, _VOLATILE_ECC)
+        unc_agg = q.call(at, "nvmlDeviceGetTotalEccErrors", h, _MEMORY_ERROR_UNCORRECTED, _AGGREGATE_ECC)
+    rows = q.call(at, "nvmlDeviceGetRemappedRows", h)
+    sbe = dbe = pending_pages = None
+    if rows is None:  # page retirement is the pre-Ampere mechanism; row remapping replaced it
+        sbe = _count(q.call(at, "nvmlDeviceGetRetiredPages", h, _RETIRE_CAUSE_SBE))
+        dbe = _count(q.call(at, "nvmlDeviceGetRetiredPages", h, _RETIRE_CAUSE_DBE))
+        pending = q.call(at, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+        pending_pages = bool(pending) if pending is not None else None
+    mask = q.first(at, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), h)
+    return GpuInfo(
+        index=index,
+        name=_text(q.call(at, "nvmlDeviceGetName", h)),
+        uuid=_text(q.call(at, "nvmlDeviceGetUUID", h)),
+        pci_bus_id=_text(getattr(pci, "busId", None)) if pci is not None else None,
+        memory_total_mib=int(mem.total) // _MIB if mem is not None else None,
+        memory_used_mib=int(mem.used) // _MIB if mem is not None else None,
+        compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
+        persistence_mode=bool(persistence) if persistence is not None else None,
+        ecc_mode_current=ecc_on,
+        ecc_mode_pending=bool(ecc[1]) if ecc is not None else None,
+        ecc_uncorrected_volatile=unc_vol,
+        ecc_uncorrected_aggregate=unc_agg,
+        retired_pages_sbe=sbe,
+        retired_pages_dbe=dbe,
+        retired_pages_pending=pending_pages,
+        remapped_rows_correctable=int(rows[0]) if rows is not None else None,
+        remapped_rows_uncorrectable=int(rows[1]) if rows is not None else None,
+        remapped_rows_pending=bool(rows[2]) if rows is not None else None,
+        remapped_rows_failure=bool(rows[3]) if rows is not None else None,
+        throttle_reasons=throttle_names(mask),
+        temperature_c=q.call(at, "nvmlDeviceGetTemperature", h, _TEMPERATURE_GPU),
+        temperature_slowdown_c=q.call(at, "nvmlDeviceGetTemperatureThreshold", h, _TEMPERATURE_THRESHOLD_SLOWDOWN),
+        pcie_gen=q.call(at, "nvmlDeviceGetCurrPcieLinkGeneration", h),
+        pcie_gen_max=q.call(at, "nvmlDeviceGetMaxPcieLinkGeneration", h),
+        pcie_width=q.call(at, "nvmlDeviceGetCurrPcieLinkWidth", h),
+        pcie_width_max=q.call(at, "nvmlDeviceGetMaxPcieLinkWidth", h),
+        processes=_processes(q, at, h),
+    )
+
+
+def _count(pages: list[Any] | None) -> int | None:
+    return len(pages) if pages is not None else None
+
+
+def _processes(q: NvmlQuery, at: str, h: Any) -> tuple[GpuProcess, ...] | None:
+    compute = q.call(at, "nvmlDeviceGetComputeRunningProcesses", h)
+    graphics = q.call(at, "nvmlDeviceGetGraphicsRunningProcesses", h)
+    if compute is None and graphics is None:
+        return None
+    seen: dict[int, GpuProcess] = {}
+    for kind, procs in (("compute", compute or []), ("graphics", graphics or [])):
+        for proc in procs:
+            pid = int(getattr(proc, "pid", 0))
+            used = getattr(proc, "usedGpuMemory", None)
+            used_mib = int(used) // _MIB if used is not None else None
+            if pid in seen:
+                continue
+            seen[pid] = GpuProcess(pid=pid, name=_process_name(q, at, pid), used_mib=used_mib, kind=kind)
+    return tuple(seen.values())
+
+
+def _process_name(q: NvmlQuery, at: str, pid: int) -> str | None:
+    before = len(q.unsupported)
+    name = _text(q.call(at, "nvmlSystemGetProcessName", pid))
+    del q.unsupported[before:]  # a pid from another PID namespace has no name here; not a driver gap
+    if name:
+        return name
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
