@@ -22,6 +22,7 @@ _COMMANDS = {
     "explain": ("gpufix.cli", "explain_cmd", "Diagnose a pasted traceback or log files (offline, no GPU needed)."),
     "rules": ("gpufix.cli_rules", "rules_group", "List, show, check and test diagnosis rules."),
     "doctor": ("gpufix.cli_doctor", "doctor_cmd", "Pre-flight check of driver, CUDA stack and GPUs."),
+    "run": ("gpufix.cli_run", "run_cmd", "Run a training command transparently, record it, and diagnose failures."),
 }
 
 

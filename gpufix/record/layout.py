@@ -1,0 +1,107 @@
+"""Where a run record lives and what its files are called; reading a record back.
+
+The layout is documented in docs/run-record.md; later commands (post-mortem, experiments) read
+records through these helpers rather than hard-coding file names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+DEFAULT_PARENT = "gpufix-runs"
+RECORD_DIR_ENV = "GPUFIX_RECORD_DIR"
+
+META = "meta.json"
+RESULT = "result.json"
+OUTPUT_LOG = "output.log"
+OUTPUT_INDEX = "output.idx"
+FORMAT_VERSION = 1
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+NAME_MAX_CHARS = 40
+
+
+def is_record_dir(path: str) -> bool:
+    """A run record is a directory holding `meta.json` and `output.log`."""
+    return os.path.isfile(os.path.join(path, META)) and os.path.isfile(os.path.join(path, OUTPUT_LOG))
+
+
+def default_name(argv: list[str]) -> str:
+    """A short name for the run from its command: the script or module, else the program."""
+    words = [os.path.basename(a) for a in argv]
+    if "-m" in argv[:-1]:
+        name = argv[argv.index("-m") + 1].rsplit(".", 1)[-1]
+    else:
+        scripts = [w for w in words if w.endswith((".py", ".sh"))]
+        name = scripts[0].rsplit(".", 1)[0] if scripts else (words[0] if words else "job")
+    return safe_name(name)
+
+
+def safe_name(name: str) -> str:
+    """Reduce a name to characters that are safe in a directory name on every filesystem."""
+    return _NAME_UNSAFE.sub("-", name).strip("-.")[:NAME_MAX_CHARS] or "job"
+
+
+def record_parent(option: str | None, environ: dict[str, str]) -> str:
+    """The folder that holds records: `--record-dir`, else $GPUFIX_RECORD_DIR, else ./gpufix-runs."""
+    return option or environ.get(RECORD_DIR_ENV) or DEFAULT_PARENT
+
+
+def create_record_dir(parent: str, name: str, started_unix: float) -> str:
+    """Make a fresh `<UTC time>-<name>-<short id>` folder under `parent` (created if missing)."""
+    os.makedirs(parent, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started_unix))
+    for _ in range(8):
+        path = os.path.join(parent, f"{stamp}-{safe_name(name)}-{os.urandom(3).hex()}")
+        try:
+            os.mkdir(path, 0o700)  # records hold job output, which may be private
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot find a free record name under {parent}")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One entry of `output.idx`: `length` bytes at `offset` of output.log, from `stream`."""
+
+    time_s: float
+    stream: str
+    offset: int
+    length: int
+
+
+def read_json(path: str) -> dict[str, object]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def iter_chunks(record: str) -> Iterator[Chunk]:
+    """The index entries in order; a torn last line (gpufix killed mid-write) is skipped."""
+    try:
+        f = open(os.path.join(record, OUTPUT_INDEX), encoding="utf-8")
+    except FileNotFoundError:
+        return
+    with f:
+        for line in f:
+            try:
+                d = json.loads(line)
+                yield Chunk(float(d["t"]), str(d["stream"]), int(d["offset"]), int(d["length"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+
+
+def read_stream(record: str, stream: str) -> bytes:
+    """The bytes one stream (`stdout`, `stderr` or `tty`) wrote, rebuilt from the index."""
+    parts: list[bytes] = []
+    with open(os.path.join(record, OUTPUT_LOG), "rb") as log:
+        for chunk in iter_chunks(record):
+            if chunk.stream == stream:
+                log.seek(chunk.offset)
+                parts.append(log.read(chunk.length))
+    return b"".join(parts)

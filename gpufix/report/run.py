@@ -1,0 +1,44 @@
+"""The compact diagnosis `gpufix run` prints on stderr after a failed job's own output.
+
+Shorter than `gpufix explain`'s report: the root cause with its evidence and fixes (no
+explanation paragraphs), other findings one line each, then where the record is. It reuses the
+terminal report's finding renderer so both always agree on wording.
+"""
+
+from __future__ import annotations
+
+from gpufix.findings import Finding
+from gpufix.report.text import _Style, render_finding
+
+MAX_FIXES = 5
+
+
+def outcome(exit_status: int, signal_name: str | None) -> str:
+    """How the job ended, in words: `exit status 1`, `killed by SIGKILL (exit status 137)`."""
+    if signal_name:
+        return f"killed by {signal_name} (exit status {exit_status})"
+    return f"exit status {exit_status}"
+
+
+def render_compact(findings: list[Finding], sources: list[str], notes: list[str], how_it_ended: str,
+                   color: bool = False) -> str:
+    """The diagnosis block; markup only when `color`."""
+    s = _Style(color)
+    out = [s(f"gpufix: the job failed ({how_it_ended}).", "bold")]
+    if not findings:
+        out.append(s.plain("gpufix: no known failure pattern in its output; `gpufix rules list` shows what it knows."))
+        return "\n".join(out) + "\n"
+    root, others = findings[0], findings[1:]
+    many = len(sources) > 1
+    out.extend(render_finding(root, s, 1, many, verbose=False))
+    if root.fixes:
+        out.append("")
+        out.append("  " + s("Fixes, in the order to try them", "bold") + ":")
+        for i, fix in enumerate(root.fixes[:MAX_FIXES], 1):
+            out.append(f"    {i}. " + s.plain(fix.title) + s(f"  [{fix.kind}]", "dim"))
+            for line in (fix.snippet or "").splitlines()[:3]:
+                out.append("       " + s(line, "green"))
+    for finding in others:
+        label = f"Consequence of {finding.consequence_of}" if finding.consequence_of else "Also found"
+        out.append(s(f"{label}: {finding.title} ({finding.code} {finding.name})", "dim"))
+    return "\n".join(out) + "\n"

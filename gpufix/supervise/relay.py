@@ -1,0 +1,82 @@
+"""Byte-exact pass-through of the job's output: raw `os.read` chunks to the real fd, unchanged.
+
+No decoding, no line splitting: a `\\r` progress update, a NUL or a half UTF-8 sequence goes out
+the moment the job writes it. When the reader of gpufix's own output goes away (`| head -1`),
+the job's end of that stream is closed too, so the job gets EPIPE/SIGPIPE as it would bare.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+from collections.abc import Callable
+from dataclasses import dataclass
+
+CHUNK_BYTES = 65536
+
+# (stream name, chunk, seconds since the job started) -> None; the run record's writer.
+Sink = Callable[[str, bytes, float], None]
+
+
+@dataclass
+class Stream:
+    """One output channel: the job writes to `source` (pipe or pty), gpufix to `target`."""
+
+    name: str  # "stdout", "stderr", or "tty" when one pty carries both
+    source: int
+    target: int
+    open: bool = True
+    target_broken: bool = False
+
+
+class Relay:
+    """Moves chunks from each stream's source to its target and to an optional sink."""
+
+    def __init__(self, streams: list[Stream], sink: Sink | None) -> None:
+        self.streams = {s.source: s for s in streams}
+        self.sink = sink
+        self.last_byte: dict[int, int] = {}  # target fd -> last byte written there
+        self.bytes_relayed = 0
+
+    def pump(self, stream: Stream, now_s: float) -> bool:
+        """Relay one chunk from `stream`; False once it is at EOF (or unreadable)."""
+        try:
+            data = os.read(stream.source, CHUNK_BYTES)
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EIO:  # EIO: a pty whose slave side every process has closed
+                raise
+            data = b""
+        if not data:
+            return False
+        self.bytes_relayed += len(data)
+        if self.sink is not None:
+            self.sink(stream.name, data, now_s)
+        if not stream.target_broken:
+            try:
+                _write_all(stream.target, data)
+                self.last_byte[stream.target] = data[-1]
+            except OSError as exc:
+                if exc.errno not in (errno.EPIPE, errno.EIO, errno.ENXIO, errno.EBADF):
+                    raise
+                # Our reader is gone. Stop reading this stream, so the job's next write to it
+                # fails with EPIPE/SIGPIPE, exactly what it would have got writing there itself.
+                stream.target_broken = True
+                return False
+        return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            # Our stdout may be a non-blocking fd shared with another process: wait until writable.
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            poller.poll(1000)
+            continue
+        view = view[written:]

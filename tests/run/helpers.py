@@ -1,0 +1,74 @@
+"""Helpers for `gpufix run` tests: real child processes, run bare and under gpufix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PY = sys.executable
+
+
+def gpufix_run(record_dir: Path, *extra: str) -> list[str]:
+    """The argv prefix `python -m gpufix run --record-dir DIR [EXTRA]`."""
+    return [PY, "-m", "gpufix", "run", "--record-dir", str(record_dir), *extra]
+
+
+def env(**updates: str) -> dict[str, str]:
+    full = dict(os.environ)
+    full.setdefault("PYTHONPATH", str(ROOT))
+    full.update(updates)
+    return full
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def records(record_dir: Path) -> list[Path]:
+    return sorted(p for p in record_dir.iterdir() if p.is_dir()) if record_dir.exists() else []
+
+
+def wait_for(predicate, timeout_s: float = 10.0, step_s: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return predicate()
+
+
+def process_gone(pid: int) -> bool:
+    """True when `pid` no longer runs (gone, or a zombie nobody has reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("State:"):
+                    return "Z" in line.split()[1]
+    except FileNotFoundError:
+        return True
+    return False
+
+
+def read_until(proc: subprocess.Popen[bytes], marker: bytes, timeout_s: float = 10.0) -> bytes:
+    """Read proc.stdout until `marker` shows up (raw fd reads, never waiting for EOF)."""
+    import select
+
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    got = b""
+    deadline = time.monotonic() + timeout_s
+    while marker not in got and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            got += chunk
+    return got

@@ -1,0 +1,68 @@
+"""Promise 1: `gpufix run` exits with exactly the status the bare command would give."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.run.helpers import PY, env, gpufix_run, records
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 42, 255])
+def test_exit_status_passes_through(tmp_path: Path, code: int) -> None:
+    result = subprocess.run([*gpufix_run(tmp_path), "--", "sh", "-c", f"exit {code}"], capture_output=True, env=env())
+    assert result.returncode == code
+
+
+def test_missing_command_is_127_and_not_executable_is_126(tmp_path: Path) -> None:
+    missing = subprocess.run([*gpufix_run(tmp_path / "r"), "--", "no-such-command-gpufix"], capture_output=True, env=env())
+    assert missing.returncode == 127
+    assert b"no-such-command-gpufix: command not found" in missing.stderr
+    plain = tmp_path / "plain.sh"
+    plain.write_text("echo hi\n")
+    plain.chmod(0o644)
+    denied = subprocess.run([*gpufix_run(tmp_path / "r"), "--", str(plain)], capture_output=True, env=env())
+    assert denied.returncode == 126
+    assert denied.stdout == b""
+
+
+def test_script_without_shebang_runs_with_sh_as_a_shell_would(tmp_path: Path) -> None:
+    bare = tmp_path / "noshebang"
+    bare.write_text("echo from-sh\nexit 5\n")
+    bare.chmod(0o755)
+    result = subprocess.run([*gpufix_run(tmp_path / "r"), "--", str(bare)], capture_output=True, env=env())
+    assert (result.returncode, result.stdout) == (5, b"from-sh\n")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSEGV, signal.SIGTERM])
+def test_child_killed_by_signal_gives_128_plus_n(tmp_path: Path, signum: int) -> None:
+    code = f"import os; os.kill(os.getpid(), {int(signum)})"
+    result = subprocess.run([*gpufix_run(tmp_path), "--", PY, "-c", code], capture_output=True, env=env())
+    assert result.returncode == 128 + signum
+    # A failed run is recorded with the signal's name.
+    (record,) = records(tmp_path)
+    assert f'"signal": "{signal.Signals(signum).name}"' in (record / "result.json").read_text()
+
+
+def test_child_dying_of_sigint_makes_gpufix_die_of_sigint_shell_sees_130(tmp_path: Path) -> None:
+    # Re-raising SIGINT keeps a calling shell's loop stoppable with Ctrl-C; the status is still 130.
+    inner = " ".join([*gpufix_run(tmp_path), "--", PY, "-c", "'import os,signal; os.kill(os.getpid(), signal.SIGINT)'"])
+    result = subprocess.run(["sh", "-c", f"{inner}; echo status=$?"], capture_output=True, env=env())
+    assert result.stdout.strip().endswith(b"status=130")
+    direct = subprocess.run([*gpufix_run(tmp_path), "--", PY, "-c", "import os,signal; os.kill(os.getpid(), signal.SIGINT)"],
+                            capture_output=True, env=env())
+    assert direct.returncode == -signal.SIGINT
+
+
+def test_record_dir_that_cannot_be_created_warns_and_runs_the_job(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = subprocess.run([*gpufix_run(blocker / "sub"), "--", "sh", "-c", "echo ran; exit 3"], capture_output=True, env=env())
+    assert result.returncode == 3
+    assert result.stdout == b"ran\n"
+    assert result.stderr.startswith(b"gpufix: warning: cannot create a run record")
+    assert not os.path.exists(blocker / "sub")
