@@ -37,6 +37,21 @@ def find_spec(name):
         return False
 
 
+def imported(name):
+    """(module or None, section) for a framework: whether it is installed, its version, why an
+    import failed. A broken install may raise anything on import, even SystemExit."""
+    if not find_spec(name):
+        return None, {"installed": False}
+    out = {"installed": True}
+    try:
+        module = __import__(name)
+    except BaseException as exc:  # noqa: B036
+        out["import_error"] = short_error(exc)
+        return None, out
+    out["version"] = getattr(module, "__version__", None)
+    return module, out
+
+
 def python_section():
     return {
         "executable": sys.executable,
@@ -47,15 +62,9 @@ def python_section():
 
 
 def torch_section():
-    if not find_spec("torch"):
-        return {"installed": False}
-    out = {"installed": True}
-    try:
-        import torch
-    except BaseException as exc:  # noqa: B036 - a broken install may raise anything, even SystemExit
-        out["import_error"] = short_error(exc)
+    torch, out = imported("torch")
+    if torch is None:
         return out
-    out["version"] = getattr(torch, "__version__", None)
     version = getattr(torch, "version", None)
     out["cuda"] = getattr(version, "cuda", None)
     out["hip"] = getattr(version, "hip", None)
@@ -105,15 +114,9 @@ def torch_section():
 
 
 def tensorflow_section():
-    if not find_spec("tensorflow"):
-        return {"installed": False}
-    out = {"installed": True}
-    try:
-        import tensorflow as tf
-    except BaseException as exc:  # noqa: B036
-        out["import_error"] = short_error(exc)
+    tf, out = imported("tensorflow")
+    if tf is None:
         return out
-    out["version"] = getattr(tf, "__version__", None)
     try:
         out["cuda_build"] = bool(tf.test.is_built_with_cuda())
         info = dict(tf.sysconfig.get_build_info())
@@ -126,15 +129,9 @@ def tensorflow_section():
 
 
 def jax_section():
-    if not find_spec("jax"):
-        return {"installed": False}
-    out = {"installed": True}
-    try:
-        import jax
-    except BaseException as exc:  # noqa: B036
-        out["import_error"] = short_error(exc)
+    jax, out = imported("jax")
+    if jax is None:
         return out
-    out["version"] = getattr(jax, "__version__", None)
     try:
         import jaxlib
 
