@@ -171,3 +171,37 @@ def test_anything_unusual_goes_to_click(args: list[str]) -> None:
     result = run_gpufix("explain", *args)
     assert b"Traceback" not in result.stderr
     assert result.returncode == (0 if args == ["--help"] else 2)
+
+
+def test_a_file_that_cannot_be_opened_is_an_input_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root every file is readable, so the open() failure is simulated at the boundary."""
+    import builtins
+
+    from gpufix import explain as explain_module
+    from gpufix.errors import InputError
+
+    real_open = builtins.open
+
+    def refuse(path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        if str(path) == str(OOM):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    with pytest.raises(InputError, match="cannot read: Permission denied"):
+        explain_module._open(str(OOM))
+
+
+def test_rules_list_and_show() -> None:
+    listing = run_gpufix("rules", "list")
+    assert listing.returncode == 0
+    assert b"MEM001   cuda-out-of-memory" in listing.stdout
+    assert len(listing.stdout.splitlines()) >= 100
+    shown = run_gpufix("rules", "show", "MEM001")
+    assert shown.returncode == 0
+    for heading in (b"What it detects", b"Why it happens", b"How it matches", b"How to fix, in order",
+                    b"How to confirm", b"False positives", b"Examples"):
+        assert heading in shown.stdout
+    assert run_gpufix("rules", "show", "cuda-out-of-memory").stdout == shown.stdout
+    missing = run_gpufix("rules", "show", "ZZZ999")
+    assert missing.returncode == 2 and b"no rule 'ZZZ999'" in missing.stderr
