@@ -22,7 +22,7 @@ MAX_EVIDENCE_SHOWN = 8
 class _Result:
     """What a matcher group found: its lines, captured groups and match counts."""
 
-    __slots__ = ("matched", "refs", "groups", "count", "overflow")
+    __slots__ = ("matched", "refs", "groups", "count", "overflow", "unevaluated")
 
     def __init__(self, matched: bool, count: int = 0, overflow: int = 0) -> None:
         self.matched = matched
@@ -30,9 +30,25 @@ class _Result:
         self.groups: list[dict[str, str]] = []
         self.count = count
         self.overflow = overflow  # matches counted but not kept (per-pattern cap in the scanner)
+        self.unevaluated: list[str] = []  # series conditions with too few samples to judge
+
+
+def _series_leaf(leaf: Leaf, evidence: Evidence) -> _Result:
+    from gpufix.series import evaluate
+
+    outcome = evaluate(leaf.series, evidence.series.get(leaf.series.series, []))
+    result = _Result(outcome.status == "matched", count=len(outcome.evidence))
+    if outcome.status == "not_evaluated":
+        result.unevaluated.append(outcome.reason)
+    result.refs.extend(LineRef(source, line, text) for source, line, text in outcome.evidence)
+    if outcome.fields:
+        result.groups.append(outcome.fields)
+    return result
 
 
 def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord]) -> _Result:
+    if leaf.series is not None:
+        return _series_leaf(leaf, evidence)
     if leaf.line is not None:
         index = ruleset.line_index(leaf)
         hits = evidence.hits.get(index, [])
@@ -74,7 +90,9 @@ def _group(group: Group, evidence: Evidence, ruleset: RuleSet, exceptions: list[
     for node in group.all:
         result = run(node)
         if not result.matched:
-            return _Result(False)
+            failed = _Result(False)
+            failed.unevaluated = result.unevaluated
+            return failed
         out.refs += result.refs
         out.groups += result.groups
         out.count += result.count
@@ -83,6 +101,7 @@ def _group(group: Group, evidence: Evidence, ruleset: RuleSet, exceptions: list[
         matched_any = False
         for node in group.any:
             result = run(node)
+            out.unevaluated += result.unevaluated
             if result.matched:
                 matched_any = True
                 out.refs += result.refs
@@ -90,7 +109,9 @@ def _group(group: Group, evidence: Evidence, ruleset: RuleSet, exceptions: list[
                 out.count += result.count
                 out.overflow += result.overflow
         if not matched_any:
-            return _Result(False)
+            failed = _Result(False)
+            failed.unevaluated = out.unevaluated
+            return failed
     for node in group.none:
         if run(node).matched:
             return _Result(False)
@@ -161,8 +182,12 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int]) -> Finding:
     )
 
 
-def diagnose(evidence: Evidence, ruleset: RuleSet) -> list[Finding]:
-    """All findings for the evidence, root causes first."""
+def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = None) -> list[Finding]:
+    """All findings for the evidence, root causes first.
+
+    A rule whose series conditions had too few samples is "not evaluated", never "healthy":
+    it is named in `notes` when a list is given.
+    """
     order = {source: i for i, source in enumerate(evidence.sources)}
     findings: dict[str, Finding] = {}
     for rule in ruleset.rules:
@@ -171,6 +196,8 @@ def diagnose(evidence: Evidence, ruleset: RuleSet) -> list[Finding]:
         result = _group(rule.match, evidence, ruleset, evidence.exceptions)
         if result.matched:
             findings[rule.code] = _finding(rule, result, order)
+        elif result.unevaluated and notes is not None:
+            notes.append(f"{rule.code} {rule.name} not evaluated: {'; '.join(result.unevaluated)}")
     covered = {(ref.source, ref.line) for f in findings.values() for ref in f.all_refs}
     uncovered = [e for e in evidence.exceptions if (e.ref.source, e.ref.line) not in covered]
     for rule in ruleset.rules:

@@ -5,7 +5,7 @@ NamedTuples, not dataclasses: same immutability, a fraction of the start-up cost
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class LineRef(NamedTuple):
@@ -66,6 +66,8 @@ class Evidence:
         self.lines_read = 0
         self.bytes_read = 0
         self.notes: list[str] = []
+        # measured series by name (gpufix.series.SERIES): telemetry, output rate, probe
+        self.series: dict[str, list[Any]] = {}
 
     def merge(self, other: Evidence) -> None:
         """Add another input's evidence (several files of one run are diagnosed together)."""
@@ -81,3 +83,5 @@ class Evidence:
         self.lines_read += other.lines_read
         self.bytes_read += other.bytes_read
         self.notes.extend(other.notes)
+        for name, samples in other.series.items():
+            self.series.setdefault(name, []).extend(samples)

@@ -48,12 +48,14 @@ BUILTIN_FIELDS = ("count", "ranks", "first_line", "source")
 
 
 class Leaf(NamedTuple):
-    """One matcher: a log-line regex, or an exception's type and/or message regex."""
+    """One matcher: a log-line regex, an exception's type and/or message regex, or a condition
+    over a measured series (telemetry, probe; see gpufix/series.py)."""
 
     line: str | None = None
     exception: str | None = None
     message: str | None = None
     ignore_case: bool = False
+    series: Any = None  # gpufix.series.SeriesCondition; typed loosely to keep that import off this path
 
     def patterns(self) -> list[str]:
         return [p for p in (self.line, self.exception, self.message) if p is not None]
@@ -180,6 +182,10 @@ def _group(data: dict[str, Any]) -> Group:
     def node(item: dict[str, Any]) -> Node:
         if any(k in item for k in ("all", "any", "none")):
             return _group(item)
+        if "series" in item:
+            from gpufix.series import condition_from_dict
+
+            return Leaf(series=condition_from_dict(item))
         return Leaf(item.get("line"), item.get("exception"), item.get("message"), bool(item.get("ignore_case")))
 
     return Group(

@@ -234,7 +234,43 @@ class _RuleChecker:
                 else:
                     self.leaf(item, f"{where}.{key}[{index}]", collect=key != "none")
 
+    def series_leaf(self, leaf: LDict, where: str, collect: bool) -> None:
+        """A condition over a measured series (gpufix/series.py)."""
+        from gpufix import series
+
+        self.keys(leaf, series.SERIES_KEYS, where)
+        name = leaf.get("series")
+        if name not in series.SERIES:
+            self.err(self.at(leaf, "series"), f"{where}: unknown series {name!r}{_suggest(name, series.SERIES)}")
+        checks = (
+            ("agg", lambda v: v in series.AGGREGATES, f"one of: {', '.join(series.AGGREGATES)}"),
+            ("op", lambda v: v in series.OPERATORS, f"one of: {', '.join(series.OPERATORS)}"),
+            ("value", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+            ("per", lambda v: v in series.GROUPINGS, f"one of: {', '.join(series.GROUPINGS)}"),
+            ("min_samples", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+            ("as", lambda v: isinstance(v, str) and re.fullmatch(r"[a-z_][a-z0-9_]*", v) is not None, "a field name"),
+            ("compare", lambda v: v == "others", "'others'"),
+        )
+        for key, ok, expected in checks:
+            if key in leaf and not ok(leaf[key]):
+                self.err(self.at(leaf, key), f"{where}.{key} {leaf[key]!r} must be {expected}")
+        for key in ("window", "for"):
+            if key in leaf:
+                try:
+                    series.parse_duration(leaf[key])
+                except ValueError as exc:
+                    self.err(self.at(leaf, key), f"{where}.{key}: {exc}")
+        if collect:
+            field_name = leaf.get("as", "value")
+            per = leaf.get("per", "none")
+            self.fields.update({str(field_name), f"{field_name}_for_s"})
+            if per != "none":
+                self.fields.update({str(per), f"{field_name}_{per}s"})
+
     def leaf(self, leaf: LDict, where: str, collect: bool) -> None:
+        if "series" in leaf:
+            self.series_leaf(leaf, where, collect)
+            return
         self.keys(leaf, LEAF_KEYS, where)
         present = [k for k in ("line", "exception", "message") if k in leaf]
         if not present:
