@@ -36,9 +36,12 @@ class _Result:
 def _series_leaf(leaf: Leaf, evidence: Evidence) -> _Result:
     from gpufix.series import evaluate
 
-    outcome = evaluate(leaf.series, evidence.series.get(leaf.series.series, []))
+    samples = evidence.series.get(leaf.series.series, [])
+    outcome = evaluate(leaf.series, samples)
     result = _Result(outcome.status == "matched", count=len(outcome.evidence))
-    if outcome.status == "not_evaluated":
+    if outcome.status == "not_evaluated" and samples:
+        # A series with some samples, too few to judge, is worth saying; a series the input
+        # does not have at all (a pasted traceback has no telemetry) is not.
         result.unevaluated.append(outcome.reason)
     result.refs.extend(LineRef(source, line, text) for source, line, text in outcome.evidence)
     if outcome.fields:

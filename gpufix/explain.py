@@ -133,4 +133,5 @@ def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -
             "the input is empty: nothing to explain",
             hint="paste a traceback into `gpufix explain` (end with Ctrl-D) or pass a log file",
         )
-    return Diagnosis(diagnose(evidence, ruleset), evidence, list(ruleset.notes) + evidence.notes)
+    notes = list(ruleset.notes) + evidence.notes
+    return Diagnosis(diagnose(evidence, ruleset, notes), evidence, notes)
