@@ -23,6 +23,8 @@ _COMMANDS = {
     "rules": ("gpufix.cli_rules", "rules_group", "List, show, check and test diagnosis rules."),
     "doctor": ("gpufix.cli_doctor", "doctor_cmd", "Pre-flight check of driver, CUDA stack and GPUs."),
     "run": ("gpufix.cli_run", "run_cmd", "Run a training command transparently, record it, and diagnose failures."),
+    "postmortem": ("gpufix.cli_postmortem", "postmortem_cmd", "Root causes of failed runs across ranks and nights (logs, records)."),
+    "compare": ("gpufix.cli_compare", "compare_cmd", "Put run records side by side: step time, memory, power, findings."),
 }
 
 

@@ -1,0 +1,208 @@
+"""`gpufix compare`: run records side by side, with each number's ratio to the first record.
+
+Median step time comes from the record's `probe.jsonl` when it has one (`step_time_s` values,
+or `step` + `t` pairs), else from progress lines in output.log (tqdm `it/s` / `s/it`, HF
+Trainer `train_steps_per_second`, `step time` / `time/step` logs), else it is unknown. Memory,
+utilisation, temperature and power come from `telemetry.jsonl`; exit status, duration and
+findings from `result.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from gpufix.errors import InputError
+from gpufix.postmortem.runinfo import read_record
+from gpufix.postmortem.telemetry import read_samples
+from gpufix.record.layout import OUTPUT_LOG, is_record_dir
+
+PROBE_FILE = "probe.jsonl"
+LOG_READ_BYTES = 64 << 20  # progress lines are everywhere; the first 64 MiB are plenty
+_RATES = (
+    (re.compile(rb"(\d+(?:\.\d+)?)\s*it/s\b"), "tqdm it/s", True),
+    (re.compile(rb"(\d+(?:\.\d+)?)\s*s/it\b"), "tqdm s/it", False),
+    (re.compile(rb"'train_steps_per_second':\s*(\d+(?:\.\d+)?)"), "HF train_steps_per_second", True),
+    (re.compile(rb"(?:step[ _]time|time/step|time_per_step)[\s=:]+(\d+(?:\.\d+)?)\s*(ms|s)\b", re.I), "step time log", False),
+)
+
+
+@dataclass(frozen=True)
+class RecordStats:
+    """One record's numbers; None where the record does not say."""
+
+    id: str
+    path: str
+    exit_status: int | None
+    duration_s: float | None
+    step_time_s: float | None
+    step_time_basis: str | None
+    peak_memory_mib: float | None
+    util_gpu_pct: dict[str, float] | None
+    temperature_c: dict[str, float] | None
+    power_w: dict[str, float] | None
+    findings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "path": self.path, "exit_status": self.exit_status, "duration_s": self.duration_s,
+                "step_time_s": self.step_time_s, "step_time_basis": self.step_time_basis,
+                "peak_memory_mib": self.peak_memory_mib, "util_gpu_pct": self.util_gpu_pct,
+                "temperature_c": self.temperature_c, "power_w": self.power_w, "findings": list(self.findings)}
+
+
+def _probe_step_time(record: str) -> float | None:
+    try:
+        f = open(os.path.join(record, PROBE_FILE), encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    direct: list[float] = []
+    marks: list[tuple[float, float]] = []
+    with f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if isinstance(obj.get("step_time_s"), (int, float)):
+                direct.append(float(obj["step_time_s"]))
+            elif isinstance(obj.get("step"), (int, float)) and isinstance(obj.get("t"), (int, float)):
+                marks.append((float(obj["step"]), float(obj["t"])))
+    if direct:
+        return statistics.median(direct)
+    deltas = [(t2 - t1) / (s2 - s1) for (s1, t1), (s2, t2) in zip(marks, marks[1:]) if s2 > s1]
+    return statistics.median(deltas) if deltas else None
+
+
+def _log_step_time(record: str) -> tuple[float | None, str | None]:
+    try:
+        with open(os.path.join(record, OUTPUT_LOG), "rb") as f:
+            data = f.read(LOG_READ_BYTES)
+    except OSError:
+        return None, None
+    for regex, basis, is_rate in _RATES:
+        values = []
+        for m in regex.finditer(data):
+            value = float(m.group(1))
+            if len(m.groups()) > 1 and m.group(2) == b"ms":
+                value /= 1000
+            if value > 0:
+                values.append(1 / value if is_rate else value)
+        if values:
+            return statistics.median(values), basis
+    return None, None
+
+
+def _range(values: list[float]) -> dict[str, float] | None:
+    return {"min": min(values), "max": max(values)} if values else None
+
+
+def record_stats(record: str) -> RecordStats:
+    """Read one record's numbers; raises InputError when `record` is not a run record."""
+    if not is_record_dir(record):
+        raise InputError(f"{record} is not a run record (no meta.json and output.log)",
+                         hint="pass folders written by `gpufix run`, e.g. gpufix compare gpufix-runs/*")
+    info = read_record(record)
+    result = info.get("result") or {}
+    step, basis = _probe_step_time(record), "probe.jsonl"
+    if step is None:
+        step, basis = _log_step_time(record)
+    samples = read_samples(record)
+
+    def values(key: str) -> list[float]:
+        return [float(s[key]) for s in samples if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
+
+    power = values("power_w")
+    memory = values("memory_used_mib")
+    codes = [f.get("code") for f in result.get("findings") or [] if isinstance(f, dict) and f.get("code")]
+    exit_status = result.get("exit_status")
+    duration = result.get("duration_s")
+    return RecordStats(
+        id=os.path.basename(os.path.normpath(record)), path=record,
+        exit_status=exit_status if isinstance(exit_status, int) else None,
+        duration_s=float(duration) if isinstance(duration, (int, float)) else None,
+        step_time_s=step, step_time_basis=basis if step is not None else None,
+        peak_memory_mib=max(memory) if memory else None,
+        util_gpu_pct=_range(values("util_gpu_pct")), temperature_c=_range(values("temperature_c")),
+        power_w={"mean": round(statistics.fmean(power), 1), "max": max(power)} if power else None,
+        findings=codes,
+    )
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or not base:
+        return None
+    return round(value / base, 3)
+
+
+def compare(records: list[str]) -> dict[str, Any]:
+    """The comparison document: each record's numbers and their ratios to the first record's."""
+    if not records:
+        raise InputError("no RECORD given", hint="gpufix compare gpufix-runs/RUN_A gpufix-runs/RUN_B")
+    stats = [record_stats(r) for r in records]
+    base = stats[0]
+    out = []
+    for s in stats:
+        entry = s.to_dict()
+        entry["ratios"] = {
+            "step_time_s": _ratio(s.step_time_s, base.step_time_s),
+            "peak_memory_mib": _ratio(s.peak_memory_mib, base.peak_memory_mib),
+            "duration_s": _ratio(s.duration_s, base.duration_s),
+            "power_w": _ratio((s.power_w or {}).get("mean"), (base.power_w or {}).get("mean")),
+        }
+        out.append(entry)
+    return {"records": out}
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.{digits}g}{unit}" if abs(value) < 1000 else f"{value:,.0f}{unit}"
+
+
+def _rng(r: dict[str, float] | None, unit: str) -> str:
+    if not r:
+        return "n/a"
+    return f"{r['min']:g}{unit}" if r["min"] == r["max"] else f"{r['min']:g}–{r['max']:g}{unit}"
+
+
+def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows (one per metric, one column per record) for the terminal and markdown tables."""
+    recs = doc["records"]
+    header = ["", *[r["id"] for r in recs]]
+
+    def with_ratio(r: dict[str, Any], text: str, key: str) -> str:
+        ratio = r["ratios"].get(key)
+        return text if ratio is None or r is recs[0] else f"{text} (×{ratio:g})"
+
+    rows = [
+        ["exit status", *[str(r["exit_status"]) if r["exit_status"] is not None else "n/a" for r in recs]],
+        ["duration", *[with_ratio(r, _fmt(r["duration_s"], " s", 4), "duration_s") for r in recs]],
+        ["median step time", *[with_ratio(r, _fmt(r["step_time_s"], " s"), "step_time_s") for r in recs]],
+        ["peak GPU memory", *[with_ratio(r, _fmt(r["peak_memory_mib"], " MiB", 6), "peak_memory_mib") for r in recs]],
+        ["GPU utilisation", *[_rng(r["util_gpu_pct"], " %") for r in recs]],
+        ["temperature", *[_rng(r["temperature_c"], " °C") for r in recs]],
+        ["power mean / max", *[with_ratio(r, f"{r['power_w']['mean']:g} / {r['power_w']['max']:g} W", "power_w")
+                               if r["power_w"] else "n/a" for r in recs]],
+        ["findings", *[", ".join(r["findings"]) or "-" for r in recs]],
+    ]
+    return header, rows
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    header, rows = table_rows(doc)
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    return "\n".join(lines) + "\n" + "(ratios ×N are to the first record)\n"
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    header, rows = table_rows(doc)
+    out = ["| " + " | ".join(f"`{h}`" if h else "" for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(out) + "\n\nRatios (×N) are to the first record.\n"

@@ -1,0 +1,147 @@
+"""What a run's record and logs say around the failure: meta.json / result.json, the moment of a
+byte in output.log (from output.idx), the lines around an evidence line, and the environment
+(host, driver, CUDA, torch, NCCL, GPU, Python, packages, training variables).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpufix.postmortem.times import parse_iso
+from gpufix.record.layout import META, RESULT, iter_chunks
+
+if TYPE_CHECKING:
+    from gpufix.postmortem.analyze import FileResult
+
+CONTEXT_BEFORE = 200
+CONTEXT_AFTER = 50
+CONTEXT_LINE_CHARS = 2000
+ENV_KEYS = ("host", "driver", "cuda", "torch", "nccl", "gpu", "python")
+
+
+def _json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_record(record_dir: str) -> dict[str, Any]:
+    """`{"meta": dict|None, "result": dict|None}` of a record; unreadable files are None."""
+    return {"meta": _json(os.path.join(record_dir, META)), "result": _json(os.path.join(record_dir, RESULT))}
+
+
+def line_context(path: str, line: int) -> tuple[int | None, list[str], list[str]]:
+    """(byte offset of `line`, up to 200 lines before it, up to 50 after), streaming the file once."""
+    before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
+    after: list[str] = []
+    offset = None
+    position = 0
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                text = raw[:CONTEXT_LINE_CHARS].decode("utf-8", "replace")
+                if number < line:
+                    before.extend(text.replace("\r", "\n").splitlines() or [""])
+                elif number == line:
+                    offset = position
+                elif len(after) < CONTEXT_AFTER:
+                    after.extend(text.replace("\r", "\n").splitlines() or [""])
+                else:
+                    break
+                position += len(raw)
+    except OSError:
+        return None, [], []
+    return offset, list(before), after
+
+
+def record_time_at(record_dir: str, offset: int, record: dict[str, Any]) -> datetime | None:
+    """The moment the byte at `offset` of output.log was written: meta start_utc + output.idx `t`."""
+    start = parse_iso((record.get("meta") or {}).get("start_utc"))
+    if start is None:
+        return None
+    moment = None
+    for chunk in iter_chunks(record_dir):
+        if chunk.offset <= offset:
+            moment = chunk.time_s
+        if chunk.offset <= offset < chunk.offset + chunk.length:
+            break
+    return start + timedelta(seconds=round(moment)) if moment is not None else None
+
+
+def _first(*values: object) -> str | None:
+    for value in values:
+        if isinstance(value, (str, int, float)) and str(value).strip():
+            return str(value).strip()
+    return None
+
+
+def _meta_gpu_driver(meta: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Driver and GPU name where a record's meta.json carries them (inventory-style keys)."""
+    inventory = meta.get("inventory") if isinstance(meta.get("inventory"), dict) else meta
+    driver = _first(inventory.get("driver_version"), meta.get("driver_version"))
+    gpus = inventory.get("gpus") or meta.get("gpus")
+    name = None
+    if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):
+        name = _first(gpus[0].get("name"))
+    return driver, name
+
+
+def environment(record: dict[str, Any], files: list[FileResult]) -> dict[str, Any]:
+    """Host, driver, CUDA, torch, NCCL, GPU, Python, packages and variables, each None when unknown.
+
+    meta.json comes first; banners in the logs (`nvidia-smi`, `NCCL version`, torch version
+    lines) fill what it lacks.
+    """
+    meta = record.get("meta") or {}
+    packages = meta.get("packages") if isinstance(meta.get("packages"), dict) else {}
+    job_python = meta.get("job_python") if isinstance(meta.get("job_python"), dict) else {}
+    python = meta.get("python") if isinstance(meta.get("python"), dict) else {}
+    driver, gpu = _meta_gpu_driver(meta)
+    nccl = next((v for k, v in sorted(packages.items()) if k.startswith("nvidia-nccl")), None)
+    cuda = next((v for k, v in sorted(packages.items()) if k.startswith("nvidia-cuda-runtime")), None)
+    logged: dict[str, str] = {}
+    for f in files:
+        for key, value in (f.facts.get("env") or {}).items():
+            if f.role == "kernel" and key != "host":
+                continue
+            logged.setdefault(key, value)
+    torch = _first(packages.get("torch"), logged.get("torch"))
+    env: dict[str, Any] = {
+        "host": _first(meta.get("host"), logged.get("host")),
+        "driver": _first(driver, logged.get("driver")),
+        "cuda": _first(logged.get("cuda"), cuda),
+        "torch": torch,
+        "nccl": _first(nccl, logged.get("nccl")),
+        "gpu": _first(gpu, logged.get("gpu")),
+        "python": _first(job_python.get("python"), python.get("version")),
+        "packages": dict(packages) if packages else None,
+        "variables": dict(meta["environment"]) if isinstance(meta.get("environment"), dict) else None,
+    }
+    return env
+
+
+def environment_diff(good: dict[str, Any], bad: dict[str, Any]) -> list[dict[str, Any]]:
+    """What differs between two runs' environments: the main keys, then packages and variables."""
+    diff = []
+    for key in ENV_KEYS:
+        if good.get(key) != bad.get(key) and (good.get(key) or bad.get(key)):
+            diff.append({"key": key, "last_good": good.get(key), "first_bad": bad.get(key)})
+    shown = {"torch"} | {d["key"] for d in diff}
+    for group, prefix in (("packages", "package "), ("variables", "variable ")):
+        a, b = good.get(group) or {}, bad.get(group) or {}
+        if not a and not b:
+            continue
+        for name in sorted(set(a) | set(b)):
+            if name in shown or a.get(name) == b.get(name):
+                continue
+            if group == "packages" and name.startswith("nvidia-nccl") and "nccl" in shown:
+                continue
+            diff.append({"key": prefix + name, "last_good": a.get(name), "first_bad": b.get(name)})
+    return diff

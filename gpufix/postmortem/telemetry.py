@@ -1,0 +1,76 @@
+"""Telemetry around a failure, from a record's `telemetry.jsonl` (written by `gpufix run`).
+
+Only GPU sample lines are read (`{"t": ..., "gpu": 0, "memory_used_mib": ..., ...}`); Xid
+events, process lists, host lines, notes and torn lines are skipped, and a record without the
+file simply has no telemetry. `t` is Unix seconds; a small `t` (seconds since the job started,
+as in older or replayed files) is placed after the record's start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpufix.postmortem.times import from_unix, iso
+
+TELEMETRY_FILE = "telemetry.jsonl"
+METRICS = ("memory_used_mib", "util_gpu_pct", "temperature_c", "power_w")
+_UNIX_FLOOR = 1e9  # 2001: anything smaller is relative to the job's start
+
+
+def read_samples(record_dir: str, started: datetime | None = None) -> list[dict[str, Any]]:
+    """The GPU samples of a record's telemetry.jsonl in file order; [] when there is none."""
+    path = os.path.join(record_dir, TELEMETRY_FILE)
+    samples: list[dict[str, Any]] = []
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except OSError:
+        return samples
+    with f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(obj, dict) or "gpu" not in obj or "event" in obj or "processes" in obj:
+                continue
+            if not isinstance(obj.get("t"), (int, float)) or not isinstance(obj.get("gpu"), int):
+                continue
+            samples.append(obj)
+    return samples
+
+
+def sample_time(sample: dict[str, Any], started: datetime | None) -> datetime | None:
+    t = float(sample["t"])
+    if t >= _UNIX_FLOOR:
+        return from_unix(t)
+    return started + timedelta(seconds=t) if started else None
+
+
+def summarise(samples: list[dict[str, Any]], end: datetime | None, window_s: float,
+              started: datetime | None = None) -> dict[str, Any] | None:
+    """Per GPU min/max of memory, utilisation, temperature and power in the window before `end`.
+
+    Without `end` (a run with no known failure time) the window is the last one recorded.
+    """
+    timed = [(sample_time(s, started), s) for s in samples]
+    timed = [(t, s) for t, s in timed if t is not None]
+    if not timed:
+        return None
+    last = max(t for t, _s in timed)
+    end = min(end, last) if end is not None and end >= min(t for t, _s in timed) else last
+    begin = end - timedelta(seconds=window_s)
+    inside = [s for t, s in timed if begin <= t <= end]
+    gpus: dict[str, dict[str, dict[str, float]]] = {}
+    for s in inside:
+        stats = gpus.setdefault(str(s["gpu"]), {})
+        for metric in METRICS:
+            value = s.get(metric)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            cur = stats.get(metric)
+            stats[metric] = {"min": min(cur["min"], value), "max": max(cur["max"], value)} if cur else {"min": value, "max": value}
+    return {"window_s": window_s, "from": iso(begin), "to": iso(end), "samples": len(inside),
+            "gpus": dict(sorted(gpus.items(), key=lambda kv: int(kv[0])))}
