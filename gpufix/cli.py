@@ -25,6 +25,8 @@ _COMMANDS = {
     "run": ("gpufix.cli_run", "run_cmd", "Run a training command transparently, record it, and diagnose failures."),
     "postmortem": ("gpufix.cli_postmortem", "postmortem_cmd", "Root causes of failed runs across ranks and nights (logs, records)."),
     "compare": ("gpufix.cli_compare", "compare_cmd", "Put run records side by side: step time, memory, power, findings."),
+    "attach": ("gpufix.cli_attach", "attach_cmd", "Watch an already running job: telemetry, log, hangs; detach with Ctrl-C."),
+    "stacks": ("gpufix.cli_stacks", "stacks_cmd", "Dump and diagnose the stacks of a running job (record or pid)."),
 }
 
 

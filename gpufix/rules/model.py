@@ -21,6 +21,7 @@ CATEGORIES: dict[str, str] = {
     "state_dict_prefix": "checkpoint keys carry a wrapper prefix (module., _orig_mod.)",
     "nan_loss": "NaN/Inf in the loss or gradients",
     "hardware_xid": "the GPU or its driver reported a hardware fault (Xid, ECC, fallen off the bus)",
+    "hang": "the job stopped making progress: its stacks show it waiting (a lock, a queue, a peer)",
     "not_gpu": "an ordinary program error, not a GPU failure",
 }
 GPU_CATEGORIES = frozenset(CATEGORIES) - {"not_gpu"}
@@ -41,6 +42,7 @@ DEFAULT_PRIORITY: dict[str, int] = {
     "state_dict_prefix": 60,
     "nan_loss": 55,
     "slow_loader": 50,
+    "hang": 45,
     "nccl_hang": 40,
     "not_gpu": 10,
 }

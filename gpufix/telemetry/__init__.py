@@ -2,8 +2,9 @@
 
 Sources implement `InventorySource` (a one-shot snapshot: driver, GPUs, processes). The real
 reader lives in `gpufix.telemetry.nvml` (the only module that touches NVML, imported lazily);
-`gpufix.telemetry.fake` builds the same snapshot from a dict for tests. A later sampling source
-(utilisation, power, clocks over time) belongs in this package too.
+`gpufix.telemetry.fake` builds the same snapshot from a dict for tests. Over time, sources
+implement `TelemetrySource` (NVML: `nvml.NvmlTelemetrySource`, a recording: `replay`, tests:
+`fake.FakeTelemetrySource`) and `sampler.TelemetrySampler` writes `telemetry.jsonl`.
 """
 
 from __future__ import annotations

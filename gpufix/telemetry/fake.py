@@ -35,3 +35,47 @@ class FakeInventorySource:
     def absent(cls, error: str = "NVML Shared Library Not Found", kind: str = "library_not_found") -> FakeInventorySource:
         """NVML not loadable: the no-driver machine."""
         return cls(GpuInventory(available=False, error=error, error_kind=kind))
+
+
+class FakeTelemetrySource:
+    """A scripted `TelemetrySource` for tests: `ticks[i]` is the list of per-GPU field dicts of
+    the i-th sample (the last repeats); `xids` maps a tick number to Xid codes on GPU 0."""
+
+    def __init__(self, ticks: list[list[dict[str, Any]]] | None = None, open_note: str | None = None,
+                 processes: list[tuple[int, int, int | None]] | None = None,
+                 xids: dict[int, list[int]] | None = None) -> None:
+        from gpufix.telemetry.inventory import GpuProcessUse
+
+        self.ticks = ticks if ticks is not None else [[{"gpu": 0, "util_gpu_pct": 0}]]
+        self.open_note = open_note
+        self.users = [GpuProcessUse(g, p, m) for g, p, m in (processes or [])]
+        self.xids = dict(xids or {})
+        self.calls = 0
+        self.closed = False
+
+    def open(self) -> str | None:
+        return self.open_note
+
+    def sample(self, now: float) -> list[Any]:
+        from gpufix.telemetry.inventory import GpuSample
+
+        tick = self.ticks[min(self.calls, len(self.ticks) - 1)]
+        self.calls += 1
+        return [GpuSample.from_dict({**fields, "t": now}) for fields in tick]
+
+    def wait_events(self, timeout_s: float) -> list[Any]:
+        import time
+
+        from gpufix.telemetry.inventory import XidEvent
+
+        time.sleep(max(0.0, timeout_s))
+        return [XidEvent(time.time(), 0, code) for code in self.xids.pop(self.calls - 1, [])]
+
+    def processes(self) -> list[Any]:
+        return list(self.users)
+
+    def problems(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        self.closed = True

@@ -178,3 +178,106 @@ class InventorySource(Protocol):
     def inventory(self) -> GpuInventory:
         """Return a snapshot; never raise for a missing driver or an unsupported query."""
         ...
+
+
+# --- Sampling over time (the `telemetry.jsonl` of a run record; format in docs/run-record.md) ---
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment. Field names are the `telemetry.jsonl` keys (units in the names).
+
+    `nvidia-smi --query-gpu` equivalents: utilization.gpu, utilization.memory, memory.used,
+    memory.total, power.draw, power.limit, temperature.gpu, clocks.sm, clocks_event_reasons.active,
+    pcie.link.gen.current, pcie.link.width.current, ecc.errors.uncorrected.volatile.total.
+    """
+
+    t: float
+    gpu: int
+    util_gpu_pct: int | None = None
+    util_mem_pct: int | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: int | None = None
+    sm_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    ecc_uncorrected: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        # Not asdict(): it deep-copies every value, and this runs per GPU per second.
+        data = {name: getattr(self, name) for name in _SAMPLE_FIELDS}
+        data["t"] = round(self.t, 3)
+        if self.throttle_reasons is not None:
+            data["throttle_reasons"] = list(self.throttle_reasons)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuSample:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}  # newer files may carry more
+        reasons = values.get("throttle_reasons")
+        values["throttle_reasons"] = tuple(reasons) if reasons is not None else None
+        return cls(**values)
+
+
+_SAMPLE_FIELDS = tuple(f.name for f in fields(GpuSample))
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An Xid error the driver reported while sampling (NVML event `XidCriticalError`)."""
+
+    t: float
+    gpu: int | None
+    xid: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": round(self.t, 3), "event": "xid", "gpu": self.gpu, "xid": self.xid}
+
+
+@dataclass(frozen=True)
+class GpuProcessUse:
+    """A process holding memory on one GPU (from the dear process-list call)."""
+
+    gpu: int
+    pid: int
+    used_mib: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "pid": self.pid, "used_mib": self.used_mib}
+
+
+@runtime_checkable
+class TelemetrySource(Protocol):
+    """What the sampler reads from: real NVML, a recorded file played back, or a fake.
+
+    Every method may be slow or hang (a real driver can); the sampler calls them from its own
+    thread only. None of them raises for a missing metric: that value is `None`.
+    """
+
+    def open(self) -> str | None:
+        """Initialise. None when ready; else a one-line note saying why there is no telemetry."""
+        ...
+
+    def sample(self, now: float) -> list[GpuSample]:
+        """One sample of every GPU; an empty list once the GPUs are gone."""
+        ...
+
+    def wait_events(self, timeout_s: float) -> list[XidEvent]:
+        """Xid events that arrive within `timeout_s` (sleeps that long when there are none)."""
+        ...
+
+    def processes(self) -> list[GpuProcessUse]:
+        """Every process holding GPU memory, on every GPU (a dear call: every few seconds)."""
+        ...
+
+    def problems(self) -> list[str]:
+        """Calls that failed or are unsupported so far ('GPU0 nvmlDeviceGetPowerUsage: Not Supported')."""
+        ...
+
+    def close(self) -> None:
+        ...

@@ -4,6 +4,10 @@
 a GPU. Every NVML call goes through `NvmlQuery.call`, which turns a failed or unsupported call
 into `None` and records it in `unsupported`; a missing driver is a normal answer
 (`GpuInventory(available=False, ...)`), never an exception.
+
+Two readers: `NvmlInventorySource` (a one-shot snapshot for `gpufix doctor`) and
+`NvmlTelemetrySource` (the sampler's source: init and handles once, then cheap getters per
+sample, Xid events through an NVML event set, the process list on demand).
 """
 
 from __future__ import annotations
@@ -12,7 +16,15 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
-from gpufix.telemetry.inventory import GpuInfo, GpuInventory, GpuProcess, throttle_names
+from gpufix.telemetry.inventory import (
+    GpuInfo,
+    GpuInventory,
+    GpuProcess,
+    GpuProcessUse,
+    GpuSample,
+    XidEvent,
+    throttle_names,
+)
 
 _MIB = 1024 * 1024
 
@@ -30,6 +42,9 @@ _TEMPERATURE_THRESHOLD_SLOWDOWN = 1
 _MEMORY_ERROR_UNCORRECTED = 1
 _VOLATILE_ECC, _AGGREGATE_ECC = 0, 1
 _RETIRE_CAUSE_SBE, _RETIRE_CAUSE_DBE = 0, 1
+_CLOCK_SM = 1
+_EVENT_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+_ERROR_NOT_SUPPORTED, _ERROR_TIMEOUT, _ERROR_FUNCTION_NOT_FOUND, _ERROR_GPU_IS_LOST = 3, 10, 13, 15
 
 
 def _text(value: Any) -> str | None:
@@ -44,18 +59,37 @@ class NvmlQuery:
 
     module: ModuleType
     unsupported: list[str] = field(default_factory=list)
+    # For repeated sampling: never call again what the driver said it does not support, and
+    # list each problem once (a 1 Hz sampler would otherwise grow the list without end).
+    remember: bool = False
+    lost: set[str] = field(default_factory=set)  # `where`s whose GPU fell off (NVML_ERROR_GPU_IS_LOST)
+    _skip: set[tuple[str, str]] = field(default_factory=set)
 
     def call(self, where: str, name: str, *args: Any) -> Any:
         """`module.name(*args)`, or None (recording `where name: reason`) if it fails."""
+        if self._skip and (where, name) in self._skip:
+            return None
         fn: Callable[..., Any] | None = getattr(self.module, name, None)
         if fn is None:
-            self.unsupported.append(f"{where} {name}: not in this nvidia-ml-py")
+            self._note(where, name, "not in this nvidia-ml-py", permanent=True)
             return None
         try:
             return fn(*args)
         except Exception as exc:  # noqa: BLE001 - NVMLError_* and ctypes trouble alike
-            self.unsupported.append(f"{where} {name}: {_describe(exc)}".strip())
+            code = getattr(exc, "value", None)
+            if code == _ERROR_GPU_IS_LOST:
+                self.lost.add(where)
+            self._note(where, name, _describe(exc), permanent=code in (_ERROR_NOT_SUPPORTED, _ERROR_FUNCTION_NOT_FOUND))
             return None
+
+    def _note(self, where: str, name: str, reason: str, permanent: bool) -> None:
+        text = f"{where} {name}: {reason}".strip()
+        if self.remember:
+            if permanent:
+                self._skip.add((where, name))
+            if text in self.unsupported:
+                return
+        self.unsupported.append(text)
 
     def first(self, where: str, names: tuple[str, ...], *args: Any) -> Any:
         """The first of several equivalent calls (new name, then deprecated) that answers."""
@@ -205,4 +239,156 @@ def _process_name(q: NvmlQuery, at: str, pid: int) -> str | None:
         with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
             return fh.read().strip() or None
     except OSError:
+        return None
+
+
+class NvmlTelemetrySource:
+    """The real `TelemetrySource`. `module` may be injected (a stand-in for `pynvml` in tests).
+
+    `open()` may take seconds (nvmlInit without persistence mode) or hang: the sampler calls it
+    from its own thread, after the job has started.
+    """
+
+    def __init__(self, module: ModuleType | None = None) -> None:
+        self._module = module
+        self._q: NvmlQuery | None = None
+        self._handles: list[tuple[int, Any]] = []
+        self._ecc_on: dict[int, bool] = {}
+        self._events: Any = None
+
+    def open(self) -> str | None:
+        module = self._module
+        if module is None:
+            try:
+                import pynvml as module  # noqa: PLC0415 - lazy on purpose
+            except ImportError:
+                return "no GPU telemetry: nvidia-ml-py (pynvml) is not installed"
+        try:
+            module.nvmlInit()
+        except Exception as exc:  # noqa: BLE001
+            return f"no GPU telemetry: NVML did not initialise ({_describe(exc)})"
+        self._module = module
+        q = self._q = NvmlQuery(module, remember=True)
+        count = q.call("system", "nvmlDeviceGetCount") or 0
+        for index in range(count):
+            handle = q.call(f"GPU{index}", "nvmlDeviceGetHandleByIndex", index)
+            if handle is not None:
+                self._handles.append((index, handle))
+                ecc = q.call(f"GPU{index}", "nvmlDeviceGetEccMode", handle)
+                self._ecc_on[index] = bool(ecc and ecc[0])
+        if not self._handles:
+            return "no GPU telemetry: NVML sees no GPU"
+        self._events = q.call("system", "nvmlEventSetCreate")
+        if self._events is not None:
+            registered = 0
+            for index, handle in self._handles:
+                before = len(q.unsupported)  # the call returns None on success too
+                q.call(f"GPU{index}", "nvmlDeviceRegisterEvents", handle, _EVENT_XID_CRITICAL, self._events)
+                registered += len(q.unsupported) == before
+            if not registered:
+                self._events = None
+        return None
+
+    def sample(self, now: float) -> list[GpuSample]:
+        q = self._q
+        if q is None:
+            return []
+        out = []
+        for index, h in self._handles:
+            at = f"GPU{index}"
+            if at in q.lost:
+                continue
+            util = q.call(at, "nvmlDeviceGetUtilizationRates", h)
+            mem = q.call(at, "nvmlDeviceGetMemoryInfo", h)
+            power = q.call(at, "nvmlDeviceGetPowerUsage", h)
+            limit = q.call(at, "nvmlDeviceGetEnforcedPowerLimit", h)
+            mask = q.first(at, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), h)
+            ecc = None
+            if self._ecc_on.get(index):
+                ecc = q.call(at, "nvmlDeviceGetTotalEccErrors", h, _MEMORY_ERROR_UNCORRECTED, _VOLATILE_ECC)
+            out.append(GpuSample(
+                t=now, gpu=index,
+                util_gpu_pct=_int(getattr(util, "gpu", None)), util_mem_pct=_int(getattr(util, "memory", None)),
+                memory_used_mib=int(mem.used) // _MIB if mem is not None else None,
+                memory_total_mib=int(mem.total) // _MIB if mem is not None else None,
+                power_w=round(power / 1000, 1) if power is not None else None,
+                power_limit_w=round(limit / 1000, 1) if limit is not None else None,
+                temperature_c=_int(q.call(at, "nvmlDeviceGetTemperature", h, _TEMPERATURE_GPU)),
+                sm_clock_mhz=_int(q.call(at, "nvmlDeviceGetClockInfo", h, _CLOCK_SM)),
+                throttle_reasons=throttle_names(mask),
+                pcie_gen=_int(q.call(at, "nvmlDeviceGetCurrPcieLinkGeneration", h)),
+                pcie_width=_int(q.call(at, "nvmlDeviceGetCurrPcieLinkWidth", h)),
+                ecc_uncorrected=_int(ecc),
+            ))
+        return out
+
+    def wait_events(self, timeout_s: float) -> list[XidEvent]:
+        import time
+
+        q = self._q
+        if q is None or self._events is None:
+            time.sleep(max(0.0, timeout_s))
+            return []
+        wait = getattr(self._module, "nvmlEventSetWait_v2", None) or getattr(self._module, "nvmlEventSetWait", None)
+        if wait is None:
+            self._events = None
+            time.sleep(max(0.0, timeout_s))
+            return []
+        try:
+            data = wait(self._events, max(1, int(timeout_s * 1000)))
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "value", None) != _ERROR_TIMEOUT:
+                q._note("system", "nvmlEventSetWait", _describe(exc), permanent=True)
+                self._events = None  # a broken event set would spin; sleep from now on
+            return []
+        if getattr(data, "eventType", None) != _EVENT_XID_CRITICAL:
+            return []
+        gpu = q.call("system", "nvmlDeviceGetIndex", data.device)
+        return [XidEvent(t=time.time(), gpu=_int(gpu), xid=int(data.eventData))]
+
+    def processes(self) -> list[GpuProcessUse]:
+        q = self._q
+        if q is None:
+            return []
+        out: list[GpuProcessUse] = []
+        for index, h in self._handles:
+            at = f"GPU{index}"
+            if at in q.lost:
+                continue
+            seen: set[int] = set()
+            for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                for proc in q.call(at, name, h) or []:
+                    pid = int(getattr(proc, "pid", 0))
+                    used = getattr(proc, "usedGpuMemory", None)
+                    if pid not in seen:
+                        seen.add(pid)
+                        out.append(GpuProcessUse(index, pid, int(used) // _MIB if used is not None else None))
+        return out
+
+    def problems(self) -> list[str]:
+        return list(self._q.unsupported) if self._q is not None else []
+
+    def lost_gpus(self) -> list[int]:
+        """GPUs that NVML reported lost (fallen off the bus) since `open()`."""
+        q = self._q
+        return sorted(index for index, _ in self._handles if q is not None and f"GPU{index}" in q.lost)
+
+    def close(self) -> None:
+        module, q = self._module, self._q
+        self._q = None
+        if module is None or q is None:
+            return
+        for fn, args in (("nvmlEventSetFree", (self._events,)), ("nvmlShutdown", ())):
+            if fn == "nvmlEventSetFree" and self._events is None:
+                continue
+            try:
+                getattr(module, fn)(*args)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
         return None

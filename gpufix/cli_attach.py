@@ -1,0 +1,48 @@
+"""`gpufix attach PID`: a thin click wrapper over `gpufix.attach.attach`."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from gpufix.entry import EXIT_CLEAN, EXIT_FINDINGS
+
+
+@click.command("attach")
+@click.argument("pid", type=int)
+@click.option("--log", "log", metavar="FILE", help="The job's log file, followed like `tail -F` (rotation and truncation too).")
+@click.option("--record-dir", metavar="DIR", help="Folder for run records (also GPUFIX_RECORD_DIR; default ./gpufix-runs).")
+@click.option("--name", metavar="NAME", help="Name in the record folder's name (default: the job's script).")
+@click.option("--interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between telemetry samples (floor 0.1; 0 turns telemetry off).")
+@click.option("--hang-timeout", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              help="Seconds of no output and idle GPUs before stacks are dumped (0 turns it off).")
+@click.option("--on-hang", type=click.Choice(["wait", "kill"]), default="wait", show_default=True,
+              help="After a hang is diagnosed: keep watching, or end the job.")
+def attach_cmd(pid: int, log: str | None, record_dir: str | None, name: str | None, interval: float,
+               hang_timeout: float, on_hang: str) -> None:
+    """Watch a job that is already running (telemetry, log, hangs) and write a run record.
+
+    \b
+      gpufix attach 4242 --log train.log
+    Ctrl-C detaches and leaves the job running; it is never signalled (unless --on-hang kill).
+    When the job ends, its log is diagnosed as `gpufix run` would.
+    """
+    from gpufix.attach import attach
+    from gpufix.record.layout import record_parent
+
+    parent = record_parent(record_dir, dict(os.environ))
+    click.echo(f"gpufix: attached to pid {pid}; Ctrl-C detaches (the job keeps running)", err=True)
+    result = attach(pid, parent, log=log, name=name, interval_s=interval, hang_timeout_s=hang_timeout, on_hang=on_hang)
+    how = "detached; the job is still running" if result["detached"] else "the job has ended"
+    lines = [f"gpufix: {how}. Record: {result['record_dir']}"]
+    for finding in result["findings"][:5]:
+        lines.append(f"gpufix: {finding['code']} {finding['message']}")
+        if finding.get("fixes"):
+            lines.append(f"gpufix:   fix: {finding['fixes'][0]['title']}")
+    for note in result["notes"]:
+        lines.append(f"gpufix: note: {note}")
+    click.echo("\n".join(lines), err=True)
+    sys.exit(EXIT_FINDINGS if result["findings"] else EXIT_CLEAN)

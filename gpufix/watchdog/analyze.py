@@ -1,0 +1,122 @@
+"""gpufix's reading of one stack dump: what each thread waits for.
+
+Some verdicts need the order of frames, which line patterns cannot see: a thread is blocked on
+a lock when the native frame `lock_PyThread_acquire_lock` sits directly under a Python frame
+that is not a `threading`/`queue` wait (those wait on a condition, not a held lock). The
+results become `# gpufix-hang:` lines at the head of the dump; the rules in rules/hangs/ turn
+those lines (and raw frames, for dumps taken elsewhere) into findings, so there is one engine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# py-spy: `Thread 2336 (idle): "w1"`; its frames: `    func (file.py:12)` or native `    sym (lib.so)`.
+_THREAD = re.compile(r'^Thread (?P<tid>\S+)(?: \((?P<state>[^)]*)\))?:? ?(?:"(?P<name>[^"]*)")?')
+_PY_FRAME = re.compile(r"^\s+(?P<func>\S+) \((?P<file>[^():]+\.py):(?P<line>\d+)\)\s*$")
+_NATIVE = re.compile(r"^\s+(?P<func>\S+) \((?P<lib>[^()]*)\)\s*$")
+
+_LOCK_NATIVE = ("lock_PyThread_acquire_lock", "rlock_acquire", "_PyMutex_LockTimed", "PyThread_acquire_lock_timed")
+_WAIT_FILES = ("threading.py", "queue.py", "multiprocessing/queues.py", "multiprocessing/connection.py",
+               "concurrent/futures/")
+_COLLECTIVES = re.compile(
+    r"^(?:all_reduce|all_gather\w*|reduce_scatter\w*|reduce|broadcast\w*|barrier|monitored_barrier|all_to_all\w*|"
+    r"gather\w*|scatter\w*|send|recv|isend|irecv|batch_isend_irecv|wait|synchronize)$"
+)
+
+
+@dataclass(frozen=True)
+class Frame:
+    func: str
+    file: str | None  # None for a native frame
+    line: int | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.func} ({self.file}:{self.line})" if self.file else self.func
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    tid: str
+    name: str
+    state: str
+    frames: tuple[Frame, ...]  # innermost first, as py-spy prints them
+
+    @property
+    def python_frames(self) -> list[Frame]:
+        return [f for f in self.frames if f.file]
+
+
+def parse_pyspy(text: str) -> list[ThreadStack]:
+    """Threads of a `py-spy dump` (with or without --native); other lines are ignored."""
+    threads: list[ThreadStack] = []
+    current: tuple[str, str, str] | None = None
+    frames: list[Frame] = []
+
+    def flush() -> None:
+        if current is not None:
+            threads.append(ThreadStack(current[0], current[1], current[2], tuple(frames)))
+
+    for line in text.splitlines():
+        m = _THREAD.match(line)
+        if m:
+            flush()
+            current, frames = (m.group("tid"), m.group("name") or "", m.group("state") or ""), []
+            continue
+        if current is None:
+            continue
+        m = _PY_FRAME.match(line)
+        if m:
+            frames.append(Frame(m.group("func"), m.group("file"), int(m.group("line"))))
+            continue
+        m = _NATIVE.match(line)
+        if m:
+            frames.append(Frame(m.group("func"), None, None))
+    flush()
+    return threads
+
+
+def _user_frame(frames: list[Frame]) -> Frame | None:
+    """The innermost frame outside the standard library and torch: the caller's own code."""
+    for f in frames:
+        if f.file and "torch/" not in f.file and not f.file.startswith(("threading.py", "queue.py", "multiprocessing/")):
+            return f
+    return frames[0] if frames else None
+
+
+def classify(thread: ThreadStack) -> str | None:
+    """One line saying what the thread waits for, or None when it is not waiting on anything known."""
+    py = thread.python_frames
+    if not py:
+        return None
+    label = f'thread {thread.tid} "{thread.name}"'
+    user = _user_frame(py)
+    at = f" called from {user.where}" if user and user is not py[0] else ""
+    for f in py:
+        if f.file and "torch/distributed/" in f.file and _COLLECTIVES.match(f.func.rsplit(".", 1)[-1]):
+            return f"{label}: collective: waits in {f.func} ({f.file}:{f.line}){at}"
+    for f in py:
+        if f.file and f.file.endswith("torch/utils/data/dataloader.py") and f.func.rsplit(".", 1)[-1] in ("_get_data", "_try_get_data"):
+            return f"{label}: loader-wait: the main process waits for a batch from its DataLoader workers{at}"
+    for f in py:
+        if f.file and f.file.endswith("torch/utils/data/_utils/fetch.py"):
+            return f"{label}: loader-worker: a DataLoader worker is inside the dataset, at {py[0].where}"
+    # A lock: the native acquire sits directly above (inside) the innermost Python frame.
+    first_py = next(i for i, f in enumerate(thread.frames) if f.file)
+    natives = [f.func for f in thread.frames[:first_py]]
+    top = py[0]
+    in_lock = any(n in _LOCK_NATIVE for n in natives[-2:]) or top.func.rsplit(".", 1)[-1] == "acquire" \
+        or (top.file or "").endswith("multiprocessing/synchronize.py")
+    if in_lock and not any((top.file or "").startswith(w) or w in (top.file or "") for w in _WAIT_FILES[1:]) \
+            and not (top.file == "threading.py" and top.func.rsplit(".", 1)[-1] in ("wait", "join", "_wait_for_tstate_lock")):
+        return f"{label}: lock: blocked acquiring a lock at {top.where}"
+    if any(f.func.rsplit(".", 1)[-1] == "get" and f.file in ("queue.py", "multiprocessing/queues.py") for f in py):
+        return f"{label}: queue-wait: waits on a queue{at}"
+    return None
+
+
+def annotate(text: str) -> list[str]:
+    """gpufix's lines for a dump (empty when nothing is recognised or the dump is not py-spy's)."""
+    return [line for line in (classify(t) for t in parse_pyspy(text)) if line]

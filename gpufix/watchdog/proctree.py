@@ -1,0 +1,130 @@
+"""The job's process tree, read from /proc (no psutil): who belongs to the job, what state each
+process is in, and how much CPU and memory the tree uses.
+
+A process belongs to the job when it descends from the job's pid, or shares the job's process
+group when the job leads that group (`gpufix run` makes it so): a DataLoader worker whose parent
+died is re-parented to init but stays in the group.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process as /proc/PID/stat shows it (times in clock ticks, memory in pages)."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    state: str  # R running, S sleeping, D disk wait, Z zombie, T stopped
+    comm: str
+    cpu_ticks: int  # utime + stime
+    rss_pages: int
+
+
+def read_proc(pid: int) -> ProcInfo | None:
+    """The process `pid`, or None if it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: it ends at the last ')'.
+    left, right = raw.find("("), raw.rfind(")")
+    rest = raw[right + 2:].split()
+    try:
+        return ProcInfo(pid=pid, ppid=int(rest[1]), pgid=int(rest[2]), state=rest[0], comm=raw[left + 1:right],
+                        cpu_ticks=int(rest[11]) + int(rest[12]), rss_pages=int(rest[21]))
+    except (IndexError, ValueError):
+        return None
+
+
+def all_procs() -> dict[int, ProcInfo]:
+    out = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            info = read_proc(int(name))
+            if info is not None:
+                out[info.pid] = info
+    return out
+
+
+def job_tree(root: int, pgid: int | None = None, procs: dict[int, ProcInfo] | None = None) -> list[ProcInfo]:
+    """The job's processes, root first, then breadth-first; [] when the root is gone."""
+    procs = all_procs() if procs is None else procs
+    if root not in procs:
+        return []
+    children: dict[int, list[int]] = {}
+    for info in procs.values():
+        children.setdefault(info.ppid, []).append(info.pid)
+    order, seen = [root], {root}
+    for pid in order:
+        for child in sorted(children.get(pid, ())):
+            if child not in seen:
+                seen.add(child)
+                order.append(child)
+    if pgid is not None and pgid == root:
+        order.extend(pid for pid, info in sorted(procs.items()) if info.pgid == pgid and pid not in seen)
+    return [procs[pid] for pid in order]
+
+
+def cmdline(pid: int) -> str:
+    """The command line, space-joined ('' for a kernel thread or a gone process)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def wchan(pid: int, tid: int | None = None) -> str | None:
+    """The kernel function a sleeping task waits in (`futex_wait_queue`, `pipe_read`, ...)."""
+    path = f"/proc/{pid}/task/{tid}/wchan" if tid else f"/proc/{pid}/wchan"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            value = f.read().strip()
+    except OSError:
+        return None
+    return value if value and value != "0" else None
+
+
+def is_python(pid: int) -> bool:
+    """Whether the process runs a Python interpreter (by its executable's name)."""
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        exe = cmdline(pid).split(" ", 1)[0].rsplit("/", 1)[-1]
+    return exe.startswith(("python", "pypy")) or exe in ("torchrun", "accelerate", "deepspeed")
+
+
+class TreeUsage:
+    """CPU % and resident memory of the job's tree, between successive calls of `measure`."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, dict[int, int]] | None = None
+
+    def measure(self, tree: list[ProcInfo], now_mono: float) -> dict[str, float | int]:
+        ticks = {p.pid: p.cpu_ticks for p in tree}
+        rss_mib = round(sum(p.rss_pages for p in tree) * _PAGE / _MIB, 1)
+        cpu_pct: float | None = None
+        if self._last is not None and now_mono > self._last[0]:
+            before = self._last[1]
+            # Only processes seen both times: a new one's whole lifetime is not this interval's.
+            used = sum(t - before[pid] for pid, t in ticks.items() if pid in before)
+            cpu_pct = round(100.0 * used / _CLK_TCK / (now_mono - self._last[0]), 1)
+        self._last = (now_mono, ticks)
+        out: dict[str, float | int] = {"rss_mib": rss_mib, "processes": len(tree)}
+        if cpu_pct is not None:
+            out["cpu_pct"] = max(cpu_pct, 0.0)
+        return out

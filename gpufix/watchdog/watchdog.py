@@ -1,0 +1,204 @@
+"""The hang watchdog: when the job has printed nothing and its GPUs have been idle for
+`hang_timeout_s`, dump every process's stacks, diagnose them, say so on stderr, then wait for
+the job to move again (`on_hang="wait"`) or end it (`on_hang="kill"`).
+
+"Printed something" is read from the size and mtime of a file: the record's `output.log` under
+`gpufix run` (the relay appends every chunk there, so no hook in the relay is needed), the
+followed log under `gpufix attach`. "GPUs idle" comes from the telemetry sampler: the GPUs
+where the job's tree holds memory (every GPU when that is unknown) all below `BUSY_UTIL_PCT`;
+no telemetry at all counts as idle, so on a machine without NVML output alone decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+BUSY_UTIL_PCT = 5
+KILL_GRACE_S = 10.0
+ON_HANG = ("wait", "kill")
+
+
+@dataclass(frozen=True)
+class HangReport:
+    """One detected hang: when, the dump files, and the findings (`Finding.to_dict()` shape)."""
+
+    t: float
+    idle_s: float
+    dumps: tuple[str, ...]
+    findings: tuple[dict[str, Any], ...] = field(default=())
+    killed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": round(self.t, 3), "idle_s": round(self.idle_s, 1), "dumps": list(self.dumps),
+                "findings": list(self.findings), "killed": self.killed}
+
+
+def file_activity(path: str) -> Callable[[], tuple[int, int, int] | None]:
+    """A probe whose value changes whenever `path` grows, is rewritten or is replaced."""
+    def probe() -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return probe
+
+
+def gpus_busy(sampler: Any) -> bool:
+    """Whether the job's GPUs are working, from the sampler's latest readings (False if unknown)."""
+    if sampler is None or not sampler.gpu_ok or sampler.stalled():
+        return False
+    latest = dict(sampler.latest)
+    wanted = sampler.job_gpus if sampler.job_gpus is not None else frozenset(latest)
+    fresh_after = time.time() - max(3 * sampler.interval_s, 3.0)
+    return any(s.t >= fresh_after and (s.util_gpu_pct or 0) >= BUSY_UTIL_PCT
+               for gpu, s in latest.items() if gpu in wanted)
+
+
+def diagnose_dumps(paths: list[str]) -> list[dict[str, Any]]:
+    """Run the rule pack over dump files; findings as dicts (root cause first)."""
+    if not paths:
+        return []
+    from gpufix.errors import InputError
+    from gpufix.explain import explain
+    from gpufix.rules.loader import load_ruleset
+
+    try:
+        return [f.to_dict() for f in explain(paths, load_ruleset()).findings]
+    except InputError:
+        return []
+
+
+def render_hang(report: HangReport, why: str) -> str:
+    """The stderr text for a hang: what was seen, the verdicts, where the dumps are."""
+    lines = [f"gpufix: the job looks hung: {why} for {report.idle_s:.0f} s; stacks of {len(report.dumps)} process(es) dumped"]
+    for f in report.findings[:4]:
+        lines.append(f"gpufix: {f['code']} {f['message']}")
+        if f.get("fixes"):
+            lines.append(f"gpufix:   fix: {f['fixes'][0]['title']}")
+    if not report.findings:
+        lines.append("gpufix: no known wait pattern in the stacks; read them to see where each process is")
+    if report.dumps:
+        lines.append(f"gpufix: stacks: {os.path.dirname(report.dumps[0])}")
+    if report.killed:
+        lines.append("gpufix: --on-hang kill: ending the job")
+    return "\n".join(lines) + "\n"
+
+
+def _stderr(text: str) -> None:
+    try:
+        os.write(2, text.encode(errors="replace"))
+    except OSError:
+        pass
+
+
+class HangWatchdog:
+    """Polls the activity probes from a daemon thread; see the module docstring."""
+
+    def __init__(self, pid: int, pgid: int | None, hang_timeout_s: float, stacks_dir: str,
+                 output_probe: Callable[[], object] | None, sampler: Any = None, on_hang: str = "wait",
+                 report: Callable[[str], None] = _stderr, kill_grace_s: float = KILL_GRACE_S) -> None:
+        if on_hang not in ON_HANG:
+            raise ValueError(f"on_hang must be one of {ON_HANG}, not {on_hang!r}")
+        self.pid, self.pgid = pid, pgid
+        self.hang_timeout_s = float(hang_timeout_s)
+        self.stacks_dir = stacks_dir
+        self.on_hang = on_hang
+        self.hangs: list[HangReport] = []
+        self._probe = output_probe
+        self._sampler = sampler
+        self._report = report
+        self._kill_grace_s = kill_grace_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._guarded, name="gpufix-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(0.5)  # a dump in progress is abandoned (py-spy has its own timeout)
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - the watchdog must never take gpufix down
+            self._report(f"gpufix: note: hang watchdog stopped ({type(exc).__name__}: {exc})\n")
+
+    def _run(self) -> None:
+        poll_s = min(1.0, max(0.05, self.hang_timeout_s / 8))
+        last_value = self._probe() if self._probe else None
+        last_activity = time.monotonic()
+        fired = False
+        while not self._stop.wait(poll_s):
+            value = self._probe() if self._probe else None
+            if value != last_value or gpus_busy(self._sampler):
+                last_value, last_activity, fired = value, time.monotonic(), False
+                continue
+            idle = time.monotonic() - last_activity
+            if idle >= self.hang_timeout_s and not fired:
+                fired = True  # once per silent stretch: re-armed when the job moves again
+                self.fire(idle)
+                if self.on_hang == "kill":
+                    return
+
+    def fire(self, idle_s: float) -> HangReport:
+        """Dump, diagnose, report, and end the job if asked to; returns what was found."""
+        from gpufix.watchdog.stacks import dump_tree
+
+        dumps = dump_tree(self.pid, self.pgid, self.stacks_dir, reason=f"no output and idle GPUs for {idle_s:.0f} s")
+        findings = diagnose_dumps([d.path for d in dumps])
+        killed = self.on_hang == "kill" and bool(dumps)
+        report = HangReport(time.time(), idle_s, tuple(d.path for d in dumps), tuple(findings), killed)
+        self.hangs.append(report)
+        self._save(report)
+        telemetry = "its GPUs idle" if self._sampler is not None and self._sampler.gpu_ok else "no GPU telemetry"
+        self._report(render_hang(report, f"no output, {telemetry}"))
+        if killed:
+            self._kill()
+        return report
+
+    def _save(self, report: HangReport) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.t))
+        try:
+            os.makedirs(self.stacks_dir, mode=0o700, exist_ok=True)
+            with open(os.path.join(self.stacks_dir, f"{stamp}-hang.json"), "w", encoding="utf-8") as f:
+                json.dump(report.to_dict(), f, indent=1)
+        except OSError:
+            pass
+
+    def _kill(self) -> None:
+        """TERM the job (its group when it leads one), then KILL after a grace period."""
+        def send(sig: int) -> None:
+            try:
+                if self.pgid is not None and self.pgid == self.pid:
+                    os.killpg(self.pgid, sig)
+                else:
+                    os.kill(self.pid, sig)
+            except OSError:
+                pass
+
+        send(signal.SIGTERM)
+        deadline = time.monotonic() + self._kill_grace_s
+        while time.monotonic() < deadline:
+            if not _alive(self.pid):
+                return
+            time.sleep(0.05)
+        send(signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except OSError:
+        return False

@@ -1,0 +1,97 @@
+"""The hang watchdog on real hanging processes: dumps, diagnosis, wait or kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufix.attach import AttachedJob
+from gpufix.telemetry.fake import FakeTelemetrySource
+from gpufix.watchdog.monitor import JobMonitor, make_run_sampler
+from gpufix.watchdog.stacks import pyspy_path
+from tests.watchdog.helpers import DEADLOCK, SLEEPER, start, wait_for
+
+
+def _monitor(record: Path, timeout: float, on_hang: str, util: int = 0, messages: list[str] | None = None) -> JobMonitor:
+    sink = messages if messages is not None else []
+    return JobMonitor(0.2, timeout, on_hang, str(record), report=sink.append,
+                      source_factory=lambda: FakeTelemetrySource([[{"gpu": 0, "util_gpu_pct": util}]]))
+
+
+def test_deadlocked_job_gets_stacks_and_a_diagnosis_and_keeps_running(tmp_path: Path) -> None:
+    record = tmp_path / "rec"
+    record.mkdir()
+    proc = start(DEADLOCK, record / "output.log", tmp_path)
+    messages: list[str] = []
+    monitor = _monitor(record, 1.0, "wait", messages=messages)
+    try:
+        monitor.start(AttachedJob(proc.pid, proc.pid, time.time(), str(record)))
+        assert wait_for(lambda: monitor.hangs, 10)
+        hang = monitor.hangs[0]
+        dump = Path(hang.dumps[0])
+        assert dump.parent == record / "stacks" and dump.name.endswith(f"-{proc.pid}.txt")
+        text = dump.read_text()
+        assert text.startswith("# gpufix stack dump") and "job.py" in text
+        assert "the job looks hung" in messages[0]
+        if pyspy_path():
+            assert [f["code"] for f in hang.findings][:1] == ["HNG004"]
+            assert "t1 (job.py:7)" in hang.findings[0]["message"] or "t2 (job.py:11)" in hang.findings[0]["message"]
+        else:  # /proc only: thread states and wait channels, and an honest note
+            assert "py-spy is not installed" in text and "Thread " in text
+        saved = json.loads(next((record / "stacks").glob("*-hang.json")).read_text())
+        assert saved["dumps"] == list(hang.dumps) and saved["killed"] is False
+        time.sleep(0.5)
+        assert proc.poll() is None and len(monitor.hangs) == 1  # wait: untouched, fired once
+    finally:
+        monitor.stop()
+        proc.kill()
+        proc.wait()
+
+
+def test_on_hang_kill_ends_the_job(tmp_path: Path) -> None:
+    record = tmp_path / "rec"
+    record.mkdir()
+    proc = start(SLEEPER, record / "output.log", tmp_path)
+    monitor = _monitor(record, 0.8, "kill")
+    try:
+        monitor.start(AttachedJob(proc.pid, proc.pid, time.time(), str(record)))
+        assert proc.wait(timeout=15) == -signal.SIGTERM
+        assert monitor.hangs[0].killed
+    finally:
+        monitor.stop()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_output_or_busy_gpus_keep_the_watchdog_quiet(tmp_path: Path) -> None:
+    record = tmp_path / "rec"
+    record.mkdir()
+    proc = start(SLEEPER, record / "output.log", tmp_path)
+    busy = _monitor(record, 0.6, "kill", util=95)
+    try:
+        busy.start(AttachedJob(proc.pid, proc.pid, time.time(), str(record)))
+        time.sleep(1.5)
+        assert busy.hangs == [] and proc.poll() is None
+    finally:
+        busy.stop()
+        proc.kill()
+        proc.wait()
+
+
+def test_without_a_record_the_watchdog_is_off_with_a_note() -> None:
+    monitor = make_run_sampler(0, 5, "wait", None)
+    monitor.start(AttachedJob(os.getpid(), os.getpid(), time.time(), None))
+    monitor.stop()
+    assert monitor.watchdog is None and "hang watchdog off" in monitor.notes[0]
+
+
+def test_bad_on_hang_is_refused(tmp_path: Path) -> None:
+    from gpufix.watchdog.watchdog import HangWatchdog
+
+    with pytest.raises(ValueError):
+        HangWatchdog(1, None, 1, str(tmp_path), None, on_hang="explode")
