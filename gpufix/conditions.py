@@ -1,7 +1,7 @@
 """Values extracted from logs, and the small expression language rules use on them.
 
 Fields are strings as printed ("1.65 GiB", "0 bytes", "3600000"). Guards (`when:`) compare a
-field with a number, a size or a word; `derive:` computes `a - b` / `a + b` on sizes or numbers;
+field with a number, a size or a word; `derive:` computes `a - b`, `a + b`, `a * b`, `a / b` on sizes or numbers;
 templates fill `{field}` placeholders. No eval: rule files never execute code.
 """
 
@@ -21,7 +21,7 @@ _QUANTITY = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z%]*)\s*$")
 _CONDITION = re.compile(
     r"^\s*(?P<field>[a-z_][a-z0-9_]*)\s*(?:(?P<op>==|!=|>=|<=|>|<)\s*(?P<value>.+?)|is\s+(?P<state>set|missing))\s*$"
 )
-_EXPRESSION = re.compile(r"^\s*(?P<a>[A-Za-z0-9_. ]+?)\s*(?P<op>[-+])\s*(?P<b>[A-Za-z0-9_. ]+?)\s*$")
+_EXPRESSION = re.compile(r"^\s*(?P<a>[A-Za-z0-9_. ]+?)\s*(?P<op>[-+*/])\s*(?P<b>[A-Za-z0-9_. ]+?)\s*$")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _SIZE_UNITS = ("TiB", "GiB", "MiB", "KiB")
 
@@ -107,7 +107,7 @@ def parse_expression(text: str) -> tuple[str, str, str]:
     """Split a `derive` expression 'a - b' into operands and operator; raises ValueError."""
     match = _EXPRESSION.match(text)
     if not match:
-        raise ValueError(f"cannot read expression {text!r} (expected 'A - B' or 'A + B' over fields or sizes)")
+        raise ValueError(f"cannot read expression {text!r} (expected 'A - B', 'A + B', 'A * B' or 'A / B' over fields or quantities)")
     return match.group("a"), match.group("op"), match.group("b")
 
 
@@ -125,7 +125,11 @@ def evaluate(expression: str, fields: dict[str, str]) -> str | None:
     a, b = quantity(a_text), quantity(b_text)
     if a is None or b is None:
         return None
-    value = a - b if op == "-" else a + b
-    if _is_size(a_text) or _is_size(b_text):
+    if op == "/" and b == 0:
+        return None
+    value = {"-": a - b, "+": a + b, "*": a * b, "/": a / b if b else 0.0}[op]
+    if op in "+-" and (_is_size(a_text) or _is_size(b_text)):
         return format_bytes(value)
-    return f"{value:g}"
+    if op == "*" and _is_size(a_text) != _is_size(b_text):  # a size times a count
+        return format_bytes(value)
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"

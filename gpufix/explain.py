@@ -101,6 +101,19 @@ def _record_output(path: str) -> str:
     return path
 
 
+def add_record_measurements(evidence: Evidence, record_dir: str) -> None:
+    """A record's measurements as series for rules: its telemetry.jsonl (and later the probe)."""
+    telemetry = os.path.join(record_dir, "telemetry.jsonl")
+    if os.path.isfile(telemetry):
+        from gpufix.telemetry.series import telemetry_series
+
+        try:
+            for name, samples in telemetry_series(telemetry).items():
+                evidence.series.setdefault(name, []).extend(samples)
+        except OSError as exc:
+            evidence.notes.append(f"{telemetry}: cannot read telemetry ({exc.strerror or exc})")
+
+
 def _open(path: str) -> BinaryIO:
     try:
         st = os.stat(path)
@@ -125,9 +138,11 @@ def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -
             stream = stdin if stdin is not None else sys.stdin.buffer
             evidence.merge(_scan(scanner, stream, "<stdin>"))
         else:
-            path = _record_output(path)
-            with _open(path) as stream:
-                evidence.merge(_scan(scanner, stream, path))
+            log = _record_output(path)
+            with _open(log) as stream:
+                evidence.merge(_scan(scanner, stream, log))
+            if log != path:
+                add_record_measurements(evidence, path)
     if evidence.bytes_read == 0:
         raise InputError(
             "the input is empty: nothing to explain",

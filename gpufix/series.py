@@ -70,6 +70,7 @@ SERIES: dict[str, str] = {
     "gpu.power_limit_w": "gpu", "gpu.temperature_c": "gpu", "gpu.sm_clock_mhz": "gpu",
     "gpu.throttle_thermal": "gpu", "gpu.throttle_power": "gpu", "gpu.throttle_hw_slowdown": "gpu",
     "gpu.pcie_gen": "gpu", "gpu.pcie_gen_max": "gpu", "gpu.pcie_width": "gpu", "gpu.pcie_width_max": "gpu",
+    "gpu.pcie_gen_frac": "gpu", "gpu.pcie_width_frac": "gpu",
     "gpu.ecc_uncorrected": "gpu",
     "host.cpu_pct": "none", "host.rss_mib": "none",
     "output.bytes_per_s": "none", "output.lines_per_s": "none",
@@ -231,4 +232,30 @@ def _relative_to_others(values: dict[str, list[tuple[Sample, float, int]]]) -> d
         median = others[len(others) // 2]
         ratio = math.inf if median == 0 and value > 0 else (math.nan if median == 0 else value / median)
         out[group] = [(end, ratio, count)]
+    return out
+
+
+def expand_values(spec: Any) -> list[float]:
+    """Values written compactly for rule examples: "95*10, 8*300" is ten 95s then three hundred 8s;
+    a list of numbers is taken as is. ValueError when unreadable."""
+    if isinstance(spec, list):
+        return [float(v) for v in spec]
+    values: list[float] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        value, _, repeat = part.partition("*")
+        values += [float(value)] * (int(repeat) if repeat else 1)
+    return values
+
+
+def example_series(spec: dict[str, Any], interval_s: float = 1.0, start: float = 1_700_000_000.0) -> dict[str, list[Sample]]:
+    """Series for a rule example: {series name: {group: values}} sampled every `interval_s`."""
+    out: dict[str, list[Sample]] = {}
+    for name, groups in spec.items():
+        samples = out.setdefault(name, [])
+        for group, values in groups.items():
+            for i, value in enumerate(expand_values(values)):
+                samples.append(Sample(start + i * interval_s, value, None if group == "all" else str(group), "<example>", i + 1))
     return out

@@ -49,3 +49,10 @@ def test_fill_needs_every_placeholder_and_keeps_escaped_braces() -> None:
 
 def test_escaped_braces_are_not_placeholders() -> None:
     assert conditions.placeholders('f"cuda:{{local_rank}}" on {gpu}') == ["gpu"]
+
+
+def test_evaluate_multiplies_and_divides() -> None:
+    assert conditions.evaluate("left / rate", {"left": "30000", "rate": "12.5"}) == "2400"
+    assert conditions.evaluate("a * b", {"a": "2.5", "b": "4"}) == "10"
+    assert conditions.evaluate("a / b", {"a": "1", "b": "0"}) is None
+    assert conditions.evaluate("a / b", {"a": "1", "b": "3"}) == "0.333"

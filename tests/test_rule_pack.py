@@ -133,7 +133,7 @@ def _sample_texts() -> list[bytes]:
     texts = [p.read_bytes() for p in sorted((FIXTURES / "explain").rglob("*.log"))]
     texts += [p.read_bytes() for p in _healthy()]
     for rule in load_ruleset(use_cache=False).rules:
-        texts += [t.encode() for t in (*rule.examples.match, *rule.examples.no_match)]
+        texts += [t.encode() for t in (*rule.examples.match, *rule.examples.no_match) if isinstance(t, str)]
     return texts
 
 

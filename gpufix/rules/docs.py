@@ -61,6 +61,8 @@ def render_rule(rule: Rule, color: bool = False) -> str:
     out += ["", h("Examples")]
     for kind, texts in (("match", rule.examples.match), ("no_match", rule.examples.no_match), ("known miss", rule.examples.known_misses)):
         for text in texts:
+            if not isinstance(text, str):  # measurements: name the series
+                text = "measurements of " + ", ".join(text.get("series", {}))
             first = text.strip().splitlines()[0] if text.strip() else ""
             out.append(p(f"  {kind}: {first[:110]}"))
     return "\n".join(out) + "\n"

@@ -7,6 +7,7 @@ still miss (a strict xfail: when one starts matching, move it to `match`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpufix.engine import diagnose
 from gpufix.logscan import LogScanner
@@ -19,7 +20,7 @@ class ExampleResult:
     kind: str  # match | no_match | known_misses
     index: int
     ok: bool
-    text: str
+    text: str | dict[str, Any]
 
     @property
     def problem(self) -> str:
@@ -28,14 +29,23 @@ class ExampleResult:
             "no_match": "no_match example fired the rule",
             "known_misses": "known miss now matches: move it to `match`",
         }[self.kind]
-        first = self.text.strip().splitlines()[0][:100] if self.text.strip() else ""
+        shown = self.text if isinstance(self.text, str) else "measurements: " + ", ".join(self.text.get("series", {}))
+        first = shown.strip().splitlines()[0][:100] if shown.strip() else ""
         return f"{self.code} examples.{self.kind}[{self.index}]: {what}: {first!r}"
 
 
-def fires(rule: Rule, ruleset: RuleSet, text: str) -> bool:
-    """Whether `rule` alone fires on `text` (the other rules cannot hide or suppress it)."""
+def fires(rule: Rule, ruleset: RuleSet, example: str | dict[str, Any]) -> bool:
+    """Whether `rule` alone fires on an example (the other rules cannot hide or suppress it).
+
+    An example is a log text, or measurements `{series: {...}, interval_s, log}` (see series.py).
+    """
     alone = ruleset.subset([rule])
+    text = example if isinstance(example, str) else example.get("log", "")
     evidence = LogScanner.for_rules(alone).scan_bytes(text.encode("utf-8"), f"<{rule.code} example>")
+    if isinstance(example, dict):
+        from gpufix.series import example_series
+
+        evidence.series.update(example_series(example["series"], float(example.get("interval_s", 1.0))))
     return any(f.code == rule.code for f in diagnose(evidence, alone))
 
 

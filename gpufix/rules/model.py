@@ -22,6 +22,7 @@ CATEGORIES: dict[str, str] = {
     "nan_loss": "NaN/Inf in the loss or gradients",
     "hardware_xid": "the GPU or its driver reported a hardware fault (Xid, ECC, fallen off the bus)",
     "hang": "the job stopped making progress: its stacks show it waiting (a lock, a queue, a peer)",
+    "throughput": "the GPU is slowed or underused: throttling, a degraded link, imbalance, idle between steps",
     "not_gpu": "an ordinary program error, not a GPU failure",
 }
 GPU_CATEGORIES = frozenset(CATEGORIES) - {"not_gpu"}
@@ -43,6 +44,7 @@ DEFAULT_PRIORITY: dict[str, int] = {
     "nan_loss": 55,
     "slow_loader": 50,
     "hang": 45,
+    "throughput": 30,
     "nccl_hang": 40,
     "not_gpu": 10,
 }

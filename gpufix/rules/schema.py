@@ -422,6 +422,40 @@ class _RuleChecker:
             return
         self.keys(examples, EXAMPLE_KEYS, "examples")
         for key in EXAMPLE_KEYS:
-            self.str_list(examples, key, required=key == "match")
+            items = examples.get(key)
+            if not isinstance(items, LList) or not all(isinstance(i, (str, LDict)) for i in items):
+                if items is not None:
+                    self.err(self.at(examples, key), f"examples.{key} must be a list of texts or measurement mappings")
+                continue
+            if key == "match" and not items:
+                self.err(self.at(examples, key), "'match' must not be empty")
+            for index, item in enumerate(items):
+                if isinstance(item, LDict):
+                    self.measured_example(item, f"examples.{key}[{index}]")
         if "match" not in examples:
             self.err(examples.line, "examples needs at least one 'match' example")
+
+    def measured_example(self, item: LDict, where: str) -> None:
+        """An example of measurements: {series: {name: {group: "95*10, 8*300"}}, interval_s, log}."""
+        from gpufix import series
+
+        self.keys(item, {"series": True, "interval_s": False, "log": False}, where)
+        spec = item.get("series")
+        if not isinstance(spec, LDict):
+            self.err(item.line, f"{where}.series must map series names to {{group: values}}")
+            return
+        for name, groups in spec.items():
+            if name not in series.SERIES:
+                self.err(self.at(spec, name), f"{where}: unknown series {name!r}{_suggest(name, series.SERIES)}")
+            if not isinstance(groups, LDict):
+                self.err(self.at(spec, name), f"{where}.{name} must map a group (GPU, rank or 'all') to values")
+                continue
+            for group, values in groups.items():
+                try:
+                    series.expand_values(values)
+                except (TypeError, ValueError):
+                    self.err(self.at(groups, group), f"{where}.{name}.{group}: values must be numbers or 'value*count, ...'")
+        if "interval_s" in item and not (isinstance(item["interval_s"], (int, float)) and item["interval_s"] > 0):
+            self.err(self.at(item, "interval_s"), f"{where}.interval_s must be a positive number")
+        if "log" in item and not isinstance(item["log"], str):
+            self.err(self.at(item, "log"), f"{where}.log must be text")

@@ -189,7 +189,8 @@ class GpuSample:
 
     `nvidia-smi --query-gpu` equivalents: utilization.gpu, utilization.memory, memory.used,
     memory.total, power.draw, power.limit, temperature.gpu, clocks.sm, clocks_event_reasons.active,
-    pcie.link.gen.current, pcie.link.width.current, ecc.errors.uncorrected.volatile.total.
+    pcie.link.gen.current, pcie.link.width.current, ecc.errors.uncorrected.volatile.total,
+    pcie.link.gen.max, pcie.link.width.max.
     """
 
     t: float
@@ -206,6 +207,8 @@ class GpuSample:
     pcie_gen: int | None = None
     pcie_width: int | None = None
     ecc_uncorrected: int | None = None
+    pcie_gen_max: int | None = None  # what the link could do: a degraded link is below it under load
+    pcie_width_max: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Not asdict(): it deep-copies every value, and this runs per GPU per second.

@@ -319,6 +319,8 @@ class NvmlTelemetrySource:
                 pcie_gen=_int(q.call(at, "nvmlDeviceGetCurrPcieLinkGeneration", h)),
                 pcie_width=_int(q.call(at, "nvmlDeviceGetCurrPcieLinkWidth", h)),
                 ecc_uncorrected=_int(ecc),
+                pcie_gen_max=_int(q.call(at, "nvmlDeviceGetMaxPcieLinkGeneration", h)),
+                pcie_width_max=_int(q.call(at, "nvmlDeviceGetMaxPcieLinkWidth", h)),
             ))
         return out
 

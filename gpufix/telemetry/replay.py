@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 from gpufix.telemetry.inventory import GpuProcessUse, GpuSample, XidEvent
@@ -32,34 +33,39 @@ class Telemetry:
         return [(s.t, getattr(s, name)) for s in self.samples if s.gpu == gpu and getattr(s, name) is not None]
 
 
-def read_telemetry(path: str) -> Telemetry:
-    """Parse a `telemetry.jsonl`; unreadable or torn lines (a killed writer) are skipped."""
-    samples, xids, procs, host, notes, unsupported = [], [], [], [], [], []
+def iter_lines(path: str) -> Iterator[tuple[int, float, dict[str, Any]]]:
+    """(line number, t, object) of each readable line; torn or foreign lines are skipped."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             try:
                 obj = json.loads(line)
                 t = float(obj["t"])
             except (ValueError, KeyError, TypeError):
                 continue
-            if not isinstance(obj, dict):
-                continue
-            try:
-                if obj.get("event") == "xid":
-                    xids.append(XidEvent(t, obj.get("gpu"), int(obj["xid"])))
-                elif "processes" in obj:
-                    procs.append((t, tuple(GpuProcessUse(int(p["gpu"]), int(p["pid"]), p.get("used_mib"))
-                                           for p in obj["processes"])))
-                elif "host" in obj:
-                    host.append((t, dict(obj["host"])))
-                elif "note" in obj:
-                    notes.append(str(obj["note"]))
-                elif obj.get("end"):
-                    unsupported.extend(str(u) for u in obj.get("unsupported") or ())
-                elif "gpu" in obj:
-                    samples.append(GpuSample.from_dict(obj))
-            except (ValueError, KeyError, TypeError):
-                continue
+            if isinstance(obj, dict):
+                yield number, t, obj
+
+
+def read_telemetry(path: str) -> Telemetry:
+    """Parse a `telemetry.jsonl`; unreadable or torn lines (a killed writer) are skipped."""
+    samples, xids, procs, host, notes, unsupported = [], [], [], [], [], []
+    for _number, t, obj in iter_lines(path):
+        try:
+            if obj.get("event") == "xid":
+                xids.append(XidEvent(t, obj.get("gpu"), int(obj["xid"])))
+            elif "processes" in obj:
+                procs.append((t, tuple(GpuProcessUse(int(p["gpu"]), int(p["pid"]), p.get("used_mib"))
+                                       for p in obj["processes"])))
+            elif "host" in obj:
+                host.append((t, dict(obj["host"])))
+            elif "note" in obj:
+                notes.append(str(obj["note"]))
+            elif obj.get("end"):
+                unsupported.extend(str(u) for u in obj.get("unsupported") or ())
+            elif "gpu" in obj:
+                samples.append(GpuSample.from_dict(obj))
+        except (ValueError, KeyError, TypeError):
+            continue
     return Telemetry(tuple(samples), tuple(xids), tuple(procs), tuple(host), tuple(notes), tuple(unsupported))
 
 

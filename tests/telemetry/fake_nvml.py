@@ -109,6 +109,14 @@ class FakeNvml:
         self._enter("nvmlDeviceGetCurrPcieLinkWidth", h)
         return 16
 
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: Any) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkGeneration", h)
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: Any) -> int:
+        self._enter("nvmlDeviceGetMaxPcieLinkWidth", h)
+        return 16
+
     def nvmlDeviceGetTotalEccErrors(self, h: Any, kind: int, counter: int) -> int:
         self._enter("nvmlDeviceGetTotalEccErrors", h)
         return 0

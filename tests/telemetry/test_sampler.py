@@ -42,7 +42,7 @@ def test_source_reads_every_field_with_units() -> None:
     assert s0 == {"t": 123.0, "gpu": 0, "util_gpu_pct": 90, "util_mem_pct": 40, "memory_used_mib": 30000,
                   "memory_total_mib": 81559, "power_w": 412.3, "power_limit_w": 700.0, "temperature_c": 71,
                   "sm_clock_mhz": 1980, "throttle_reasons": ["sw_power_cap", "hw_thermal_slowdown"],
-                  "pcie_gen": 5, "pcie_width": 16, "ecc_uncorrected": 0}
+                  "pcie_gen": 5, "pcie_width": 16, "ecc_uncorrected": 0, "pcie_gen_max": 5, "pcie_width_max": 16}
 
 
 def test_unsupported_call_is_a_missing_value_asked_once_listed_once() -> None:

@@ -1,0 +1,71 @@
+"""`gpufix explain RECORD` judges the record's telemetry with the series rules, from the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpufix.telemetry.series import telemetry_series
+
+from tests.conftest import run_gpufix
+
+
+def write_record(tmp_path: Path, gpu_lines: list[dict], host_cpu: float = 150.0, output: bytes = b"step 1\n") -> Path:
+    record = tmp_path / "20261130T000000Z-train-abc123"
+    record.mkdir()
+    (record / "meta.json").write_text(json.dumps({"format": 1, "status": "finished"}))
+    (record / "output.log").write_bytes(output)
+    with open(record / "telemetry.jsonl", "w") as f:
+        for line in gpu_lines:
+            f.write(json.dumps(line) + "\n")
+        for i in range(60):
+            f.write(json.dumps({"t": 1000.0 + i, "host": {"cpu_pct": host_cpu, "rss_mib": 2048}}) + "\n")
+        f.write('{"t": 1060.0, "gpu": 0, "util_gp')  # a torn last line, as a killed writer leaves
+    return record
+
+
+def gpu(t: float, index: int, **fields: object) -> dict:
+    base = {"t": t, "gpu": index, "util_gpu_pct": 95, "memory_used_mib": 12000, "memory_total_mib": 81559,
+            "throttle_reasons": [], "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16}
+    base.update(fields)
+    return base
+
+
+def test_series_are_read_with_derived_values_and_line_numbers(tmp_path: Path) -> None:
+    record = write_record(tmp_path, [gpu(1000.0 + i, 0, throttle_reasons=["hw_thermal_slowdown"]) for i in range(3)])
+    series = telemetry_series(str(record / "telemetry.jsonl"))
+    assert [s.value for s in series["gpu.throttle_thermal"]] == [1.0, 1.0, 1.0]
+    assert series["gpu.memory_used_frac"][0].value == 12000 / 81559
+    assert series["gpu.pcie_width_frac"][0].value == 1.0
+    assert [s.line for s in series["gpu.util_gpu_pct"]] == [1, 2, 3]
+    assert len(series["host.cpu_pct"]) == 60
+
+
+def test_dataparallel_imbalance_from_a_record(tmp_path: Path) -> None:
+    lines = [gpu(1000.0 + i, g, memory_used_mib=30000 if g == 0 else 12000) for i in range(30) for g in range(4)]
+    result = run_gpufix("explain", "--format", "json", str(write_record(tmp_path, lines)))
+    doc = json.loads(result.stdout)
+    codes = [f["code"] for f in doc["findings"]]
+    assert "PRF005" in codes, codes
+    finding = doc["findings"][codes.index("PRF005")]
+    assert finding["fields"]["gpu"] == "0" and finding["fields"]["ratio"] == "2.5"
+    assert finding["evidence"][0]["source"].endswith("telemetry.jsonl")
+
+
+def test_visible_gpu_never_used_is_a_cpu_fallback(tmp_path: Path) -> None:
+    lines = [gpu(1000.0 + i, 0, util_gpu_pct=0, memory_used_mib=4) for i in range(60)]
+    result = run_gpufix("explain", "--format", "json", str(write_record(tmp_path, lines)))
+    doc = json.loads(result.stdout)
+    assert doc["findings"][0]["code"] == "ENV030"
+    assert doc["findings"][0]["category"] == "cpu_fallback"
+
+
+def test_a_healthy_record_has_no_finding_and_a_short_one_is_not_evaluated(tmp_path: Path) -> None:
+    healthy = write_record(tmp_path, [gpu(1000.0 + i, 0) for i in range(200)])
+    result = run_gpufix("explain", "--format", "json", str(healthy))
+    assert result.returncode == 0, result.stdout
+    short_dir = tmp_path / "short"
+    short_dir.mkdir()
+    short = write_record(short_dir, [gpu(1000.0 + i, 0, throttle_reasons=["sw_thermal_slowdown"]) for i in range(5)])
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(short)).stdout)
+    assert any(note.startswith("PRF001 gpu-thermal-throttling not evaluated: 5 sample(s)") for note in doc["notes"])
