@@ -1,20 +1,27 @@
-"""The `gpufix` entry point: error handling shared by every command, and a fast path for explain.
+"""The `gpufix` entry point: error handling shared by every command, and fast paths for explain
+and run.
 
 `gpufix explain` on a pasted traceback must start in a few times Python's own start-up, and
 importing click alone costs ~3x that. So a plain `gpufix explain [FILE|-]... [--format F]
 [--brief] [--rules DIR]` is parsed here, without click, and runs the very function the click
-command runs (`run_explain`). Anything else (help, other commands, an unknown or malformed
-option) goes to the click CLI in cli.py, which owns the documented interface and its errors.
+command runs (`run_explain`). Likewise a plain `gpufix run [OPTIONS] [--] COMMAND...`, whose
+start-up and tear-down are added to every training run, goes straight to `runner.run_command`
+(option names defined once, in runner.py). Anything else (help, other commands, an unknown or
+malformed option) goes to the click CLI in cli.py, which owns the documented interface and its
+errors.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
 
 from gpufix.errors import GpufixError
+
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 EXPLAIN_FORMATS = ("text", "json", "markdown")
@@ -102,6 +109,54 @@ def simple_explain_args(args: list[str]) -> dict[str, Any] | None:
     return {"inputs": inputs, "fmt": fmt, "brief": brief, "rule_dirs": rule_dirs}
 
 
+def simple_run_args(args: list[str]) -> dict[str, Any] | None:
+    """The arguments of a plain `run` invocation for `runner.run_command`, or None for click.
+
+    Recognised: `run [--record-dir DIR|--record-dir=DIR] [--name N|--name=N] [--no-record]
+    [--verbose|-v] [--] COMMAND...`, options in any order (the last of a repeated one wins, as in
+    click). The command starts at the first argument that is not an option, or after `--`; what
+    follows is the job's own. Anything else (`--help`, an unknown option or a bundle like `-vv`
+    before the command, a missing or empty value, a value that looks like an option, no command)
+    is left to click, which explains it.
+    """
+    if not args or args[0] != "run":
+        return None
+    from gpufix.runner import DEFAULTS, FLAG_OPTIONS, VALUE_OPTIONS
+
+    parsed: dict[str, Any] = dict(DEFAULTS)
+    rest = args[1:]
+    i = 0
+    after_dashdash = False
+    while i < len(rest):
+        arg = rest[i]
+        if arg == "--":
+            after_dashdash = True
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg in FLAG_OPTIONS:
+            parsed[FLAG_OPTIONS[arg]] = True
+            i += 1
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in VALUE_OPTIONS:
+            return None
+        if not eq:
+            if i + 1 >= len(rest):
+                return None
+            value = rest[i + 1]
+            i += 1
+        if not value or value.startswith("-"):
+            return None
+        parsed[VALUE_OPTIONS[name]] = value
+        i += 1
+    command = rest[i:]
+    if not command:
+        return None
+    return {"command": command, "after_dashdash": after_dashdash, **parsed}
+
+
 def guarded(call: Callable[[], Any]) -> Any:
     """Run a command keeping Python tracebacks away from users."""
     try:
@@ -129,6 +184,11 @@ def main(argv: list[str] | None = None) -> Any:
     fast = simple_explain_args(args)
     if fast is not None:
         return guarded(lambda: run_explain(**fast))
+    fast_run = simple_run_args(args)
+    if fast_run is not None:
+        from gpufix.runner import run_command
+
+        return guarded(lambda: run_command(**fast_run))
     from gpufix.cli import cli
 
     return guarded(lambda: cli.main(args=args, prog_name="gpufix", standalone_mode=True))

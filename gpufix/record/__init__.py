@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Callable, Mapping
 
 from gpufix.record.layout import META, OUTPUT_LOG, RESULT, create_record_dir, is_record_dir
-from gpufix.record.meta import write_json_atomic
 from gpufix.record.writer import OutputRecorder
+
+TYPE_CHECKING = False  # `gpufix run` imports this before the job starts: keep it light
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 __all__ = ["RunRecord", "is_record_dir"]
 
@@ -52,10 +53,14 @@ class RunRecord:
         self._write(RESULT, result)
 
     def _write(self, name: str, data: Mapping[str, object]) -> None:
+        from gpufix.record.meta import write_json_atomic
+
         try:
             write_json_atomic(os.path.join(self.path, name), data)
         except (OSError, TypeError, ValueError) as exc:
             self._warn(f"cannot write {name} in the run record: {exc}")
 
     def discard(self) -> None:
+        import shutil
+
         shutil.rmtree(self.path, ignore_errors=True)

@@ -6,12 +6,12 @@ records through these helpers rather than hard-coding file names.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+
+TYPE_CHECKING = False  # `gpufix run` imports this module before the job starts: keep it light
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 DEFAULT_PARENT = "gpufix-runs"
 RECORD_DIR_ENV = "GPUFIX_RECORD_DIR"
@@ -22,7 +22,7 @@ OUTPUT_LOG = "output.log"
 OUTPUT_INDEX = "output.idx"
 FORMAT_VERSION = 1
 
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+NAME_SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 NAME_MAX_CHARS = 40
 
 
@@ -44,7 +44,16 @@ def default_name(argv: list[str]) -> str:
 
 def safe_name(name: str) -> str:
     """Reduce a name to characters that are safe in a directory name on every filesystem."""
-    return _NAME_UNSAFE.sub("-", name).strip("-.")[:NAME_MAX_CHARS] or "job"
+    out: list[str] = []
+    in_run = False
+    for char in name:  # each run of other characters becomes one "-" (no `re` before the job starts)
+        if char in NAME_SAFE_CHARS:
+            out.append(char)
+            in_run = False
+        elif not in_run:
+            out.append("-")
+            in_run = True
+    return "".join(out).strip("-.")[:NAME_MAX_CHARS] or "job"
 
 
 def record_parent(option: str | None, environ: dict[str, str]) -> str:
@@ -66,23 +75,47 @@ def create_record_dir(parent: str, name: str, started_unix: float) -> str:
     raise FileExistsError(f"cannot find a free record name under {parent}")
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """One entry of `output.idx`: `length` bytes at `offset` of output.log, from `stream`."""
+def _chunk_class() -> type:
+    """`Chunk`, made on first use: `dataclasses` costs ~10 ms that `gpufix run` must not pay."""
+    global _Chunk
+    if _Chunk is None:
+        from dataclasses import dataclass
 
-    time_s: float
-    stream: str
-    offset: int
-    length: int
+        @dataclass(frozen=True)
+        class Chunk:
+            """One entry of `output.idx`: `length` bytes at `offset` of output.log, from `stream`."""
+
+            time_s: float
+            stream: str
+            offset: int
+            length: int
+
+        Chunk.__module__, Chunk.__qualname__ = __name__, "Chunk"
+        _Chunk = Chunk
+    return _Chunk
+
+
+_Chunk: type | None = None
+
+
+def __getattr__(name: str) -> object:
+    if name == "Chunk":
+        return _chunk_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_json(path: str) -> dict[str, object]:
+    import json
+
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
 def iter_chunks(record: str) -> Iterator[Chunk]:
     """The index entries in order; a torn last line (gpufix killed mid-write) is skipped."""
+    import json
+
+    chunk = _chunk_class()
     try:
         f = open(os.path.join(record, OUTPUT_INDEX), encoding="utf-8")
     except FileNotFoundError:
@@ -91,7 +124,7 @@ def iter_chunks(record: str) -> Iterator[Chunk]:
         for line in f:
             try:
                 d = json.loads(line)
-                yield Chunk(float(d["t"]), str(d["stream"]), int(d["offset"]), int(d["length"]))
+                yield chunk(float(d["t"]), str(d["stream"]), int(d["offset"]), int(d["length"]))
             except (ValueError, KeyError, TypeError):
                 continue
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
+
+    Disposition = Any  # signal.Handlers or a callable, as signal.getsignal returns
 
 # What a supervisor forwards to the job's process group (torchrun forwards the first four;
 # USR1/USR2 carry Slurm's and Lightning's requeue requests; WINCH follows the window).
@@ -24,8 +29,6 @@ STOP_REQUEST = signal.SIGTSTP
 # Ignored by the supervisor so it can hand the terminal over and take it back from the background.
 TERMINAL_ACCESS = (signal.SIGTTOU, signal.SIGTTIN)
 MANAGED = FORWARDED + (STOP_REQUEST, signal.SIGCHLD) + TERMINAL_ACCESS
-
-Disposition = Any  # signal.Handlers or a callable, as signal.getsignal returns
 
 
 def startup_dispositions() -> dict[int, Disposition]:

@@ -11,8 +11,11 @@ import errno
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 EXIT_NOT_FOUND = 127

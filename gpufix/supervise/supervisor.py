@@ -2,8 +2,12 @@
 
 The job's exit status, bytes, terminal, signals, stdin, cwd and environment are what they would
 be bare (see docs/run-record.md and the `gpufix run` help). One thread does all the work, in a
-`poll` loop over the job's output and a signal self-pipe, so the supervisor costs no CPU while
-the job is quiet.
+`poll` loop over the job's output and a signal self-pipe with no timeout while the job runs
+(only a job that owns the terminal gets a window-size check every 0.25 s), so the supervisor
+costs no CPU while the job is quiet. The `sink` must return at once: the run record queues
+chunks for its own writer thread. At the end the loop stops as soon as the job has exited and
+its pipes are at EOF; only a pipe that a grandchild still holds open is given
+`IDLE_AFTER_EXIT_S` of quiet (at most `DRAIN_MAX_S`).
 """
 
 from __future__ import annotations
@@ -12,13 +16,17 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from gpufix.supervise import terminal
-from gpufix.supervise.relay import Relay, Sink, Stream
+from gpufix.supervise.relay import Relay, Stream
 from gpufix.supervise.signals import SignalHub, startup_dispositions
 from gpufix.supervise.spawn import SpawnError, inherited_fds, original_environ, spawn
+
+TYPE_CHECKING = False  # typing costs start-up time: annotations only (PEP 563 keeps them strings)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from gpufix.supervise.relay import Sink
 
 IDLE_AFTER_EXIT_S = 0.2    # stop relaying once the job has exited and its pipes are this quiet
 DRAIN_MAX_S = 2.0          # ... or after this long, if a grandchild keeps writing
@@ -28,29 +36,50 @@ INDEX_FLUSH_POLL_S = 1.0
 _TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 
 
-@dataclass(frozen=True)
 class JobResult:
-    """How the job ended, in the shell's terms (`exit_status`) and in detail."""
+    """How the job ended, in the shell's terms (`exit_status`) and in detail.
 
-    exit_status: int               # what `gpufix run` exits with: the status, or 128+N for signal N
-    returncode: int | None         # Python's convention: -N for signal N; None if it never started
-    signal: int | None             # the signal that ended the job
-    pid: int | None
-    started_unix: float
-    duration_s: float
-    spawn_error: str | None = None  # "cmd: command not found" and the like
-    forwarded_signals: tuple[int, ...] = ()
-    output_bytes: int = 0
-    stderr_needs_newline: bool = False  # the job's last byte on our stderr's terminal/file was not \n
+    A plain class, not a dataclass: `dataclasses` imports `inspect`, ~10 ms of every run's start.
+    """
+
+    __slots__ = ("exit_status", "returncode", "signal", "pid", "started_unix", "duration_s", "spawn_error",
+                 "forwarded_signals", "output_bytes", "stderr_needs_newline")
+
+    def __init__(self, exit_status: int, returncode: int | None, signal: int | None, pid: int | None,
+                 started_unix: float, duration_s: float, spawn_error: str | None = None,
+                 forwarded_signals: tuple[int, ...] = (), output_bytes: int = 0,
+                 stderr_needs_newline: bool = False) -> None:
+        self.exit_status = exit_status      # what `gpufix run` exits with: the status, or 128+N for signal N
+        self.returncode = returncode        # Python's convention: -N for signal N; None if it never started
+        self.signal = signal                # the signal that ended the job
+        self.pid = pid
+        self.started_unix = started_unix
+        self.duration_s = duration_s
+        self.spawn_error = spawn_error      # "cmd: command not found" and the like
+        self.forwarded_signals = forwarded_signals
+        self.output_bytes = output_bytes
+        self.stderr_needs_newline = stderr_needs_newline  # the job's last byte on our stderr was not \n
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"JobResult({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobResult):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@dataclass
 class _Channels:
-    streams: list[Stream]
-    child_stdout: int
-    child_stderr: int
-    child_ends: list[int]                    # closed in the parent once the child has them
-    ptys: list[tuple[int, int]] = field(default_factory=list)  # (master, terminal it mirrors)
+    def __init__(self, streams: list[Stream], child_stdout: int, child_stderr: int, child_ends: list[int],
+                 ptys: list[tuple[int, int]] | None = None) -> None:
+        self.streams = streams
+        self.child_stdout = child_stdout
+        self.child_stderr = child_stderr
+        self.child_ends = child_ends          # closed in the parent once the child has them
+        self.ptys = ptys or []                # (master, terminal it mirrors)
 
 
 def _open_channels() -> _Channels:

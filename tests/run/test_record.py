@@ -126,3 +126,39 @@ def test_read_stream_survives_a_torn_index_line(tmp_path: Path) -> None:
                                          '{"t":0.2,"stream":"stderr","offset":3,"length":3}\n{"t":0.3,"str')
     assert read_stream(str(tmp_path), "stdout") == b"abc"
     assert read_stream(str(tmp_path), "stderr") == b"def"
+
+
+def test_package_probe_reads_versions_from_distribution_folder_names(tmp_path: Path) -> None:
+    from gpufix.record.meta import _PROBE_CODE, PROBED_PACKAGES, PROBED_PREFIXES
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in ("torch-2.5.1+cu121.dist-info", "nvidia_nccl_cu12-2.21.5.dist-info", "requests-2.32.0.dist-info"):
+        (first / folder).mkdir(parents=True)
+    (first / "numpy-1.26.4-py3.11.egg-info").write_text("Metadata-Version: 1.0\nName: numpy\nVersion: 1.26.4\n")
+    (first / "flash_attn.egg-info").mkdir()
+    (first / "flash_attn.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.6.3\n\nbody\n")
+    (second / "torch-9.9.dist-info").mkdir(parents=True)  # shadowed by the first on the path, as for import
+    result = subprocess.run([sys.executable, "-c", _PROBE_CODE, ",".join(sorted(PROBED_PACKAGES)), ",".join(PROBED_PREFIXES)],
+                            capture_output=True, env=env(PYTHONPATH=f"{first}{os.pathsep}{second}"), cwd=tmp_path)
+    packages = json.loads(result.stdout)["packages"]
+    assert packages["torch"] == "2.5.1+cu121"
+    assert packages["nvidia-nccl-cu12"] == "2.21.5"
+    assert packages["numpy"] == "1.26.4"
+    assert packages["flash-attn"] == "2.6.3"
+    assert "requests" not in packages
+
+
+def test_package_probe_agrees_with_importlib_metadata_here() -> None:
+    from importlib import metadata
+
+    from gpufix.record.meta import _PROBE_CODE, PROBED_PACKAGES, PROBED_PREFIXES
+
+    result = subprocess.run([sys.executable, "-c", _PROBE_CODE, ",".join(sorted(PROBED_PACKAGES)), ",".join(PROBED_PREFIXES)],
+                            capture_output=True, env=env())
+    packages = json.loads(result.stdout)["packages"]
+    for key, version in packages.items():
+        assert metadata.version(key) == version
+    for dist in metadata.distributions():
+        key = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if key in PROBED_PACKAGES or key.startswith(PROBED_PREFIXES):
+            assert key in packages

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,7 @@ def test_sigkill_of_gpufix_kills_the_job_and_the_record_keeps_its_output(tmp_pat
     proc = subprocess.Popen([*gpufix_run(tmp_path / "r"), str(child)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
     got = read_until(proc, b" ready\n")
     job_pid = int(got.split(b"pid ")[1].split()[0])
+    time.sleep(1.0)  # the record's promise: complete up to the last ~second (a writer thread appends it)
     proc.kill()
     proc.communicate(timeout=10)
     assert wait_for(lambda: process_gone(job_pid), timeout_s=5)

@@ -1,0 +1,278 @@
+"""`gpufix run`'s core, without click: run a training command exactly as if gpufix were not there,
+record it, and diagnose it when it fails.
+
+Two parsers call `run_command`: the click command in cli_run.py (help, errors, unusual option
+spellings) and the fast path in entry.py, which parses a plain `gpufix run [OPTIONS] [--]
+COMMAND...` by hand, because importing click alone costs about twice Python's own start-up and
+start-up plus tear-down is added to every run. The option names below are the single definition
+both use.
+
+Before the job starts this module loads only the supervisor and the record's folder and writer:
+no click, no dataclasses, typing, json, shutil or regexes. The run's metadata (json, redaction)
+is written right after the job has started; rules, YAML, re2 and rich load after the job has
+ended, and only when a diagnosis is needed. gpufix's own problems never change the job's exit
+status: they become one `gpufix: warning:` line on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from gpufix.record import RunRecord
+from gpufix.record.layout import default_name, record_parent
+from gpufix.supervise.spawn import original_environ
+from gpufix.supervise.supervisor import Supervisor
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from gpufix.record.meta import PackageProbe
+    from gpufix.supervise.hooks import Sampler
+    from gpufix.supervise.supervisor import JobResult
+
+# The options of `gpufix run [OPTIONS] [--] COMMAND...`: (name, keyword of run_command, help).
+OPT_RECORD_DIR = "--record-dir"
+OPT_NAME = "--name"
+OPT_NO_RECORD = "--no-record"
+OPT_VERBOSE = "--verbose"
+OPT_VERBOSE_SHORT = "-v"
+VALUE_OPTIONS = {OPT_RECORD_DIR: "record_dir", OPT_NAME: "name"}          # `--name N` or `--name=N`
+FLAG_OPTIONS = {OPT_NO_RECORD: "no_record", OPT_VERBOSE: "verbose", OPT_VERBOSE_SHORT: "verbose"}
+HELP = {
+    "record_dir": "Folder for run records (also GPUFIX_RECORD_DIR; default ./gpufix-runs).",
+    "name": "Name in the record folder's name (default: the script's).",
+    "no_record": "Keep no run record (a failure is still diagnosed).",
+    "verbose": "Print the record's path on success too.",
+}
+DEFAULTS = {"record_dir": None, "name": None, "no_record": False, "verbose": False}
+
+PROBE_WAIT_ON_FAILURE_S = 5.0
+
+
+def warn(message: str) -> None:
+    """gpufix's own trouble: one line on stderr, and the run goes on."""
+    try:
+        os.write(2, f"gpufix: warning: {message}\n".encode(errors="replace"))
+    except OSError:
+        pass
+
+
+def job_argv(command: tuple[str, ...] | list[str], after_dashdash: bool) -> list[str]:
+    """`train.py ARGS` runs with this Python; after `--`, the command runs as given."""
+    first = command[0]
+    if not after_dashdash and (
+        first.endswith(".py") or (os.path.isfile(first) and not os.access(first, os.X_OK))
+    ):
+        return [sys.executable, *command]
+    return list(command)
+
+
+def dashdash_first(args: list[str]) -> bool:
+    """Whether `--` came before the command in `gpufix run [OPTIONS] [--] COMMAND...`."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--":
+            return True
+        elif arg in VALUE_OPTIONS:
+            skip = True
+        elif not arg.startswith("-") or arg == "-":
+            return False
+    return False
+
+
+def run_command(command: list[str] | tuple[str, ...], after_dashdash: bool, record_dir: str | None = None,
+                name: str | None = None, no_record: bool = False, verbose: bool = False,
+                sampler: Sampler | None = None) -> NoReturn:
+    """`gpufix run`, parsed: run the job and leave with its exit status (or die of its SIGINT).
+
+    Both parsers end here, so this is the one place to plug a sampler in (import it lazily:
+    whatever it imports before the job starts is added to every run's start-up).
+    """
+    argv = job_argv(tuple(command), after_dashdash)
+    parent = record_parent(record_dir, os.environ)  # type: ignore[arg-type]
+    result = run_job(argv, parent, name, no_record, verbose, sampler=sampler)
+    _exit(result.exit_status, result.signal)
+
+
+def _terminal_kinds() -> dict[str, str]:
+    import stat
+
+    def kind(fd: int) -> str:
+        try:
+            return "tty" if os.isatty(fd) else "pipe" if stat.S_ISFIFO(os.fstat(fd).st_mode) else "file"
+        except OSError:
+            return "closed"
+
+    return {"stdin": kind(0), "stdout": kind(1), "stderr": kind(2)}
+
+
+def _open_record(parent: str, name: str, no_record: bool, started_unix: float) -> RunRecord | None:
+    if not no_record:
+        try:
+            return RunRecord.create(parent, name, started_unix, warn)
+        except OSError as exc:
+            warn(f"cannot create a run record in {parent} ({exc.strerror or exc}); running without one")
+    try:  # a throw-away record, so a failure can still be diagnosed
+        return RunRecord.temporary(name, started_unix, warn)
+    except OSError:
+        return None
+
+
+def _diagnose(record: RunRecord, result: JobResult) -> tuple[dict[str, object], str]:
+    """Explain the job's output: the result.json fields and the text for stderr."""
+    from gpufix.errors import InputError
+    from gpufix.explain import explain
+    from gpufix.report.run import outcome, render_compact
+    from gpufix.rules.loader import load_ruleset
+
+    how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None)
+    try:
+        diagnosis = explain([record.output_log], load_ruleset())
+    except InputError as exc:  # empty or binary output: nothing to match
+        return {"findings": [], "summary": None, "notes": [exc.message]}, render_compact([], [], [], how)
+    color = sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    text = render_compact(diagnosis.findings, diagnosis.evidence.sources, diagnosis.notes, how, color=color)
+    if color:
+        import io
+
+        from rich.console import Console
+
+        buffer = io.StringIO()
+        Console(file=buffer, force_terminal=True, highlight=False, soft_wrap=True).print(text, end="")
+        text = buffer.getvalue()
+    return diagnosis.to_dict(), text
+
+
+def run_job(command: list[str], record_parent_dir: str, name: str | None, no_record: bool, verbose: bool,
+            sampler: Sampler | None = None) -> JobResult:
+    """Run, record and (on failure) diagnose one job; `exit_status` is what to leave with.
+
+    `sampler` (telemetry, watchdogs; see supervise.hooks) is started right after the job and
+    stopped when it has ended.
+    """
+    env = original_environ()
+    started_unix = time.time()
+    run_name = name or default_name(command)
+    record = _open_record(record_parent_dir, run_name, no_record, started_unix)
+    cwd = os.getcwd()
+    terminal_kinds = _terminal_kinds()
+    probe: list[PackageProbe] = []
+
+    def str_env() -> dict[str, str]:
+        return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, v in env.items()}
+
+    def on_started(pid: int) -> None:
+        # The job runs from here on: what follows costs it nothing (it has its own CPU).
+        if record is not None:
+            record.output.start()
+        from gpufix.record.meta import PackageProbe, git_info, initial_meta
+
+        environ = str_env()
+        if record is not None:
+            try:
+                record.meta = initial_meta(command, cwd, environ, started_unix, terminal_kinds)
+                record.write_meta({"job_pid": pid, "git": git_info(cwd), "name": run_name,
+                                   "record_dir": os.path.abspath(record.path), "ephemeral": record.ephemeral})
+            except Exception as exc:  # noqa: BLE001 - the sampler and the probe still start
+                warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")
+        if sampler is not None:
+            try:
+                from gpufix.supervise.hooks import RunningJob
+
+                sampler.start(RunningJob(pid, pid, started_unix, None if record is None or record.ephemeral else record.path))
+            except Exception as exc:  # noqa: BLE001 - a sampler must never hurt the job
+                warn(f"telemetry sampler failed to start: {exc}")
+        probe.append(PackageProbe(None, environ, cwd, argv=command))
+        probe[0].start()
+
+    supervisor = Supervisor(command, sink=record.output.write if record is not None else None,
+                            on_started=on_started, warn=warn, env=env)
+    result = supervisor.run()
+    if record is not None and not record.meta:  # the command never started (127/126)
+        try:
+            from gpufix.record.meta import initial_meta
+
+            record.meta = initial_meta(command, cwd, str_env(), started_unix, terminal_kinds)
+        except Exception as exc:  # noqa: BLE001
+            warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")
+    try:
+        _finish(record, result, probe[0] if probe else None, sampler, verbose)
+    except BaseException as exc:  # noqa: BLE001 - even Ctrl-C during the diagnosis keeps the job's status
+        warn(f"could not finish the run record: {type(exc).__name__}: {exc}")
+    return result
+
+
+def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | None, sampler: Sampler | None,
+            verbose: bool) -> None:
+    if sampler is not None:
+        try:
+            sampler.stop()
+        except Exception as exc:  # noqa: BLE001
+            warn(f"telemetry sampler failed to stop: {exc}")
+    failed = result.exit_status != 0
+    if result.spawn_error:
+        os.write(2, f"gpufix: {result.spawn_error}\n".encode(errors="replace"))
+    if record is None:
+        return
+    record.output.close()
+    from gpufix.record.meta import utc_iso
+
+    job_python = None
+    if probe is not None:
+        job_python = probe.finish(wait=failed and not result.spawn_error, timeout_s=PROBE_WAIT_ON_FAILURE_S)
+    end_utc = utc_iso(result.started_unix + result.duration_s)
+    record.write_meta({
+        "status": "finished", "end_utc": end_utc,
+        "job_python": {k: v for k, v in (job_python or {}).items() if k != "packages"} or None,
+        "packages": (job_python or {}).get("packages"),
+    })
+    dropped = record.output.dropped_bytes
+    fields: dict[str, object] = {
+        "exit_status": result.exit_status, "returncode": result.returncode,
+        "signal": signal.Signals(result.signal).name if result.signal else None,
+        "duration_s": round(result.duration_s, 3), "end_utc": end_utc,
+        "spawn_error": result.spawn_error, "output_bytes": result.output_bytes,
+        "record_dropped_bytes": dropped,
+        "forwarded_signals": [signal.Signals(s).name for s in result.forwarded_signals],
+        "diagnosed": False, "findings": [], "summary": None,
+    }
+    if dropped and not record.ephemeral:
+        warn(f"the disk was too slow: {dropped} bytes of the job's output are missing from the run record")
+    text = ""
+    if failed and not result.spawn_error:
+        try:
+            diagnosis, text = _diagnose(record, result)
+            fields.update(diagnosis)
+            fields["diagnosed"] = True
+        except Exception as exc:  # noqa: BLE001 - a broken rule pack must not hide the job's status
+            warn(f"diagnosis failed: {type(exc).__name__}: {exc}")
+    record.write_result(fields)
+    lines = text
+    if text and result.stderr_needs_newline:
+        lines = "\n" + text
+    if record.ephemeral:
+        record.discard()
+    elif failed or verbose:
+        lines += f"gpufix: run record: {record.path}\n"
+    if lines:
+        try:
+            os.write(2, lines.encode(errors="replace"))
+        except OSError:
+            pass
+
+
+def _exit(status: int, result_signal: int | None) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if result_signal == signal.SIGINT:
+        # Die of SIGINT as the job did, so a calling shell's loop stops on Ctrl-C (bash's
+        # "wait and cooperative exit"); the shell still reports 130.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(status)  # skip interpreter tear-down: everything is written and closed
