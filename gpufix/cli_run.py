@@ -11,9 +11,14 @@ import click
 
 from gpufix import runner
 from gpufix.runner import (
+    DEFAULTS,
     FLAG_OPTIONS,
     HELP,
+    ON_HANG_CHOICES,
+    OPT_HANG_TIMEOUT,
+    OPT_INTERVAL,
     OPT_NAME,
+    OPT_ON_HANG,
     OPT_NO_RECORD,
     OPT_RECORD_DIR,
     OPT_VERBOSE,
@@ -42,8 +47,15 @@ class _RunCommand(click.Command):
 @click.option(OPT_NAME, VALUE_OPTIONS[OPT_NAME], metavar="NAME", help=HELP["name"])
 @click.option(OPT_NO_RECORD, FLAG_OPTIONS[OPT_NO_RECORD], is_flag=True, help=HELP["no_record"])
 @click.option(OPT_VERBOSE, OPT_VERBOSE_SHORT, FLAG_OPTIONS[OPT_VERBOSE], is_flag=True, help=HELP["verbose"])
+@click.option(OPT_INTERVAL, VALUE_OPTIONS[OPT_INTERVAL], type=click.FloatRange(min=0), default=DEFAULTS["interval"],
+              show_default=True, metavar="SECONDS", help=HELP["interval"])
+@click.option(OPT_HANG_TIMEOUT, VALUE_OPTIONS[OPT_HANG_TIMEOUT], type=click.FloatRange(min=0),
+              default=DEFAULTS["hang_timeout"], show_default=True, metavar="SECONDS", help=HELP["hang_timeout"])
+@click.option(OPT_ON_HANG, VALUE_OPTIONS[OPT_ON_HANG], type=click.Choice(ON_HANG_CHOICES), default=DEFAULTS["on_hang"],
+              show_default=True, help=HELP["on_hang"])
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARGS]...")
-def run_cmd(record_dir: str | None, name: str | None, no_record: bool, verbose: bool, command: tuple[str, ...]) -> None:
+def run_cmd(record_dir: str | None, name: str | None, no_record: bool, verbose: bool, interval: float,
+            hang_timeout: float, on_hang: str, command: tuple[str, ...]) -> None:
     """Run a training command transparently, record it, and diagnose it if it fails.
 
     \b
@@ -57,4 +69,5 @@ def run_cmd(record_dir: str | None, name: str | None, no_record: bool, verbose: 
     """
     after_dashdash = bool(click.get_current_context().meta.get("gpufix.run.dashdash"))
     runner.run_command(list(command), after_dashdash, record_dir=record_dir, name=name,
-                       no_record=no_record, verbose=verbose)
+                       no_record=no_record, verbose=verbose, interval=interval, hang_timeout=hang_timeout,
+                       on_hang=on_hang)

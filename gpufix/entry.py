@@ -154,6 +154,14 @@ def simple_run_args(args: list[str]) -> dict[str, Any] | None:
     command = rest[i:]
     if not command:
         return None
+    from gpufix.runner import convert_option
+
+    for key, value in list(parsed.items()):
+        if isinstance(value, str) and key in ("interval", "hang_timeout", "on_hang"):
+            try:
+                parsed[key] = convert_option(key, value)
+            except ValueError:
+                return None  # click says what is wrong with it
     return {"command": command, "after_dashdash": after_dashdash, **parsed}
 
 

@@ -143,7 +143,7 @@ def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -
                 evidence.merge(_scan(scanner, stream, log))
             if log != path:
                 add_record_measurements(evidence, path)
-    if evidence.bytes_read == 0:
+    if evidence.bytes_read == 0 and not evidence.series:
         raise InputError(
             "the input is empty: nothing to explain",
             hint="paste a traceback into `gpufix explain` (end with Ctrl-D) or pass a log file",

@@ -40,15 +40,36 @@ OPT_NAME = "--name"
 OPT_NO_RECORD = "--no-record"
 OPT_VERBOSE = "--verbose"
 OPT_VERBOSE_SHORT = "-v"
-VALUE_OPTIONS = {OPT_RECORD_DIR: "record_dir", OPT_NAME: "name"}          # `--name N` or `--name=N`
+OPT_INTERVAL = "--interval"
+OPT_HANG_TIMEOUT = "--hang-timeout"
+OPT_ON_HANG = "--on-hang"
+VALUE_OPTIONS = {OPT_RECORD_DIR: "record_dir", OPT_NAME: "name",            # `--name N` or `--name=N`
+                 OPT_INTERVAL: "interval", OPT_HANG_TIMEOUT: "hang_timeout", OPT_ON_HANG: "on_hang"}
 FLAG_OPTIONS = {OPT_NO_RECORD: "no_record", OPT_VERBOSE: "verbose", OPT_VERBOSE_SHORT: "verbose"}
+ON_HANG_CHOICES = ("wait", "kill")
 HELP = {
     "record_dir": "Folder for run records (also GPUFIX_RECORD_DIR; default ./gpufix-runs).",
     "name": "Name in the record folder's name (default: the script's).",
     "no_record": "Keep no run record (a failure is still diagnosed).",
     "verbose": "Print the record's path on success too.",
+    "interval": "Seconds between GPU telemetry samples (0: no telemetry; floor 0.1).",
+    "hang_timeout": "Seconds of silence with idle GPUs before stacks are dumped and diagnosed (0: off).",
+    "on_hang": "After a hang is diagnosed: keep waiting, or end the job.",
 }
-DEFAULTS = {"record_dir": None, "name": None, "no_record": False, "verbose": False}
+DEFAULTS = {"record_dir": None, "name": None, "no_record": False, "verbose": False,
+            "interval": 1.0, "hang_timeout": 600.0, "on_hang": "wait"}
+
+
+def convert_option(key: str, value: str) -> object:
+    """A value option's text as run_command takes it; ValueError when it is not valid."""
+    if key in ("interval", "hang_timeout"):
+        number = float(value)
+        if not number >= 0:  # also rejects nan
+            raise ValueError(f"{key} must be a number of seconds >= 0")
+        return number
+    if key == "on_hang" and value not in ON_HANG_CHOICES:
+        raise ValueError(f"on_hang must be one of {ON_HANG_CHOICES}")
+    return value
 
 PROBE_WAIT_ON_FAILURE_S = 5.0
 
@@ -88,6 +109,7 @@ def dashdash_first(args: list[str]) -> bool:
 
 def run_command(command: list[str] | tuple[str, ...], after_dashdash: bool, record_dir: str | None = None,
                 name: str | None = None, no_record: bool = False, verbose: bool = False,
+                interval: float = 1.0, hang_timeout: float = 600.0, on_hang: str = "wait",
                 sampler: Sampler | None = None) -> NoReturn:
     """`gpufix run`, parsed: run the job and leave with its exit status (or die of its SIGINT).
 
@@ -96,7 +118,8 @@ def run_command(command: list[str] | tuple[str, ...], after_dashdash: bool, reco
     """
     argv = job_argv(tuple(command), after_dashdash)
     parent = record_parent(record_dir, os.environ)  # type: ignore[arg-type]
-    result = run_job(argv, parent, name, no_record, verbose, sampler=sampler)
+    result = run_job(argv, parent, name, no_record, verbose, sampler=sampler,
+                     monitor=(interval, hang_timeout, on_hang))
     _exit(result.exit_status, result.signal)
 
 
@@ -124,18 +147,35 @@ def _open_record(parent: str, name: str, no_record: bool, started_unix: float) -
         return None
 
 
-def _diagnose(record: RunRecord, result: JobResult) -> tuple[dict[str, object], str]:
-    """Explain the job's output: the result.json fields and the text for stderr."""
+_SHOWN_ON_SUCCESS = ("critical", "error", "warning")
+
+
+def _has_gpu_telemetry(record_dir: str) -> bool:
+    """Whether the record holds GPU samples (a machine without GPUs records host lines only)."""
+    try:
+        with open(os.path.join(record_dir, "telemetry.jsonl"), "rb") as f:
+            return b'"gpu":' in f.read(1 << 16)
+    except OSError:
+        return False
+
+
+def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False) -> tuple[dict[str, object], str]:
+    """Explain the record (output and measurements): the result.json fields and the text for
+    stderr. With `only_warnings` (a job that succeeded), the text is empty unless something of
+    warning severity or worse was found."""
     from gpufix.errors import InputError
     from gpufix.explain import explain
     from gpufix.report.run import outcome, render_compact
     from gpufix.rules.loader import load_ruleset
 
     how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None)
+    has_meta = os.path.isfile(os.path.join(record.path, "meta.json"))
     try:
-        diagnosis = explain([record.output_log], load_ruleset())
+        diagnosis = explain([record.path if has_meta else record.output_log], load_ruleset())
     except InputError as exc:  # empty or binary output: nothing to match
-        return {"findings": [], "summary": None, "notes": [exc.message]}, render_compact([], [], [], how)
+        return {"findings": [], "summary": None, "notes": [exc.message]}, "" if only_warnings else render_compact([], [], [], how)
+    if only_warnings and not any(f.severity in _SHOWN_ON_SUCCESS for f in diagnosis.findings):
+        return diagnosis.to_dict(), ""
     color = sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
     text = render_compact(diagnosis.findings, diagnosis.evidence.sources, diagnosis.notes, how, color=color)
     if color:
@@ -150,12 +190,14 @@ def _diagnose(record: RunRecord, result: JobResult) -> tuple[dict[str, object], 
 
 
 def run_job(command: list[str], record_parent_dir: str, name: str | None, no_record: bool, verbose: bool,
-            sampler: Sampler | None = None) -> JobResult:
+            sampler: Sampler | None = None, monitor: tuple[float, float, str] | None = None) -> JobResult:
     """Run, record and (on failure) diagnose one job; `exit_status` is what to leave with.
 
     `sampler` (telemetry, watchdogs; see supervise.hooks) is started right after the job and
-    stopped when it has ended.
+    stopped when it has ended. Without one, `monitor` = (telemetry interval, hang timeout,
+    on-hang action) builds gpufix's own (gpufix.watchdog.monitor), also only once the job runs.
     """
+    samplers: list[Sampler] = [sampler] if sampler is not None else []
     env = original_environ()
     started_unix = time.time()
     run_name = name or default_name(command)
@@ -181,13 +223,18 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
                                    "record_dir": os.path.abspath(record.path), "ephemeral": record.ephemeral})
             except Exception as exc:  # noqa: BLE001 - the sampler and the probe still start
                 warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")
-        if sampler is not None:
-            try:
+        try:
+            if not samplers and monitor is not None and record is not None:
+                from gpufix.watchdog.monitor import make_run_sampler
+
+                samplers.append(make_run_sampler(monitor[0], monitor[1], monitor[2], record.path, warn))
+            if samplers:
                 from gpufix.supervise.hooks import RunningJob
 
-                sampler.start(RunningJob(pid, pid, started_unix, None if record is None or record.ephemeral else record.path))
-            except Exception as exc:  # noqa: BLE001 - a sampler must never hurt the job
-                warn(f"telemetry sampler failed to start: {exc}")
+                record_dir = None if record is None else record.path
+                samplers[0].start(RunningJob(pid, pid, started_unix, record_dir))
+        except Exception as exc:  # noqa: BLE001 - a sampler must never hurt the job
+            warn(f"telemetry sampler failed to start: {exc}")
         probe.append(PackageProbe(None, environ, cwd, argv=command))
         probe[0].start()
 
@@ -202,7 +249,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
         except Exception as exc:  # noqa: BLE001
             warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")
     try:
-        _finish(record, result, probe[0] if probe else None, sampler, verbose)
+        _finish(record, result, probe[0] if probe else None, samplers[0] if samplers else None, verbose)
     except BaseException as exc:  # noqa: BLE001 - even Ctrl-C during the diagnosis keeps the job's status
         warn(f"could not finish the run record: {type(exc).__name__}: {exc}")
     return result
@@ -233,7 +280,10 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
         "packages": (job_python or {}).get("packages"),
     })
     dropped = record.output.dropped_bytes
+    monitor_notes = [str(n) for n in getattr(sampler, "notes", None) or ()]
+    hangs = [h.to_dict() for h in getattr(sampler, "hangs", None) or ()]
     fields: dict[str, object] = {
+        "monitor_notes": monitor_notes, "hangs": hangs,
         "exit_status": result.exit_status, "returncode": result.returncode,
         "signal": signal.Signals(result.signal).name if result.signal else None,
         "duration_s": round(result.duration_s, 3), "end_utc": end_utc,
@@ -245,9 +295,12 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     if dropped and not record.ephemeral:
         warn(f"the disk was too slow: {dropped} bytes of the job's output are missing from the run record")
     text = ""
-    if failed and not result.spawn_error:
+    # A failed job is always diagnosed. A successful one only when GPU telemetry was recorded:
+    # then the measurements may show a GPU that was throttled, idle or never used at all.
+    measured = not failed and _has_gpu_telemetry(record.path)
+    if (failed or measured) and not result.spawn_error:
         try:
-            diagnosis, text = _diagnose(record, result)
+            diagnosis, text = _diagnose(record, result, only_warnings=not failed)
             fields.update(diagnosis)
             fields["diagnosed"] = True
         except Exception as exc:  # noqa: BLE001 - a broken rule pack must not hide the job's status
@@ -258,7 +311,7 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
         lines = "\n" + text
     if record.ephemeral:
         record.discard()
-    elif failed or verbose:
+    elif failed or verbose or text:
         lines += f"gpufix: run record: {record.path}\n"
     if lines:
         try:

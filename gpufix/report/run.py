@@ -24,7 +24,9 @@ def render_compact(findings: list[Finding], sources: list[str], notes: list[str]
                    color: bool = False) -> str:
     """The diagnosis block; markup only when `color`."""
     s = _Style(color)
-    out = [s(f"gpufix: the job failed ({how_it_ended}).", "bold")]
+    headline = (f"gpufix: the job succeeded, but its measurements show a problem ({how_it_ended})."
+                if how_it_ended == "exit status 0" else f"gpufix: the job failed ({how_it_ended}).")
+    out = [s(headline, "bold")]
     if not findings:
         out.append(s.plain("gpufix: no known failure pattern in its output; `gpufix rules list` shows what it knows."))
         return "\n".join(out) + "\n"

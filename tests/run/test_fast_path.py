@@ -122,3 +122,14 @@ def test_job_argv_runs_a_script_with_this_python_unless_after_dashdash() -> None
     assert runner.job_argv(("train.py", "-x"), after_dashdash=False) == [sys.executable, "train.py", "-x"]
     assert runner.job_argv(("train.py", "-x"), after_dashdash=True) == ["train.py", "-x"]
     assert runner.job_argv(("true",), after_dashdash=False) == ["true"]
+
+
+def test_monitor_options_reach_the_runner_on_both_paths() -> None:
+    from gpufix.entry import simple_run_args
+
+    parsed = simple_run_args(["run", "--interval", "0.5", "--hang-timeout=30", "--on-hang", "kill", "train.py"])
+    assert parsed is not None
+    assert (parsed["interval"], parsed["hang_timeout"], parsed["on_hang"]) == (0.5, 30.0, "kill")
+    # Invalid values are left to click, which explains them.
+    assert simple_run_args(["run", "--interval", "soon", "train.py"]) is None
+    assert simple_run_args(["run", "--on-hang", "panic", "train.py"]) is None

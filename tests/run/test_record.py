@@ -46,7 +46,7 @@ def test_success_adds_nothing_and_records_everything(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout, result.stderr) == (0, b"out\n", b"warn\n")
     (record,) = records(tmp_path / "r")
     assert "-my-run-" in record.name
-    assert sorted(os.listdir(record)) == ["meta.json", "output.idx", "output.log", "result.json"]
+    assert sorted(os.listdir(record)) == ["meta.json", "output.idx", "output.log", "result.json", "telemetry.jsonl"]
     meta = json.loads((record / "meta.json").read_text())
     assert meta["command"] == [sys.executable, str(child), "--lr", "3e-4"]
     assert meta["status"] == "finished" and meta["start_utc"] and meta["end_utc"]
