@@ -17,7 +17,9 @@ from gpufix.runner import (
     ON_HANG_CHOICES,
     OPT_HANG_TIMEOUT,
     OPT_INTERVAL,
+    OPT_MEMORY_HISTORY,
     OPT_NAME,
+    OPT_NO_PROBE,
     OPT_ON_HANG,
     OPT_NO_RECORD,
     OPT_RECORD_DIR,
@@ -53,9 +55,11 @@ class _RunCommand(click.Command):
               default=DEFAULTS["hang_timeout"], show_default=True, metavar="SECONDS", help=HELP["hang_timeout"])
 @click.option(OPT_ON_HANG, VALUE_OPTIONS[OPT_ON_HANG], type=click.Choice(ON_HANG_CHOICES), default=DEFAULTS["on_hang"],
               show_default=True, help=HELP["on_hang"])
+@click.option(OPT_NO_PROBE, FLAG_OPTIONS[OPT_NO_PROBE], is_flag=True, help=HELP["no_probe"])
+@click.option(OPT_MEMORY_HISTORY, FLAG_OPTIONS[OPT_MEMORY_HISTORY], is_flag=True, help=HELP["memory_history"])
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARGS]...")
 def run_cmd(record_dir: str | None, name: str | None, no_record: bool, verbose: bool, interval: float,
-            hang_timeout: float, on_hang: str, command: tuple[str, ...]) -> None:
+            hang_timeout: float, on_hang: str, no_probe: bool, memory_history: bool, command: tuple[str, ...]) -> None:
     """Run a training command transparently, record it, and diagnose it if it fails.
 
     \b
@@ -70,4 +74,4 @@ def run_cmd(record_dir: str | None, name: str | None, no_record: bool, verbose: 
     after_dashdash = bool(click.get_current_context().meta.get("gpufix.run.dashdash"))
     runner.run_command(list(command), after_dashdash, record_dir=record_dir, name=name,
                        no_record=no_record, verbose=verbose, interval=interval, hang_timeout=hang_timeout,
-                       on_hang=on_hang)
+                       on_hang=on_hang, no_probe=no_probe, memory_history=memory_history)

@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 from gpufix.engine import diagnose
 from gpufix.errors import InputError
-from gpufix.evidence import Evidence
+from gpufix.evidence import Evidence, ExceptionRecord
 from gpufix.findings import Finding
 from gpufix.logscan import LogScanner
 from gpufix.rules.model import RuleSet
@@ -102,16 +102,66 @@ def _record_output(path: str) -> str:
 
 
 def add_record_measurements(evidence: Evidence, record_dir: str) -> None:
-    """A record's measurements as series for rules: its telemetry.jsonl (and later the probe)."""
+    """A record's measurements for rules: telemetry.jsonl, the output rate (output.idx) and the
+    probe's series, facts and structured exceptions (docs/probe.md)."""
     telemetry = os.path.join(record_dir, "telemetry.jsonl")
-    if os.path.isfile(telemetry):
-        from gpufix.telemetry.series import telemetry_series
+    probe_dir = os.path.join(record_dir, "probe")
+    try:
+        if os.path.isfile(telemetry):
+            from gpufix.telemetry.series import telemetry_series
 
-        try:
-            for name, samples in telemetry_series(telemetry).items():
-                evidence.series.setdefault(name, []).extend(samples)
-        except OSError as exc:
-            evidence.notes.append(f"{telemetry}: cannot read telemetry ({exc.strerror or exc})")
+            _add_series(evidence, telemetry_series(telemetry))
+        _add_series(evidence, _output_rate(record_dir))
+        if os.path.isdir(probe_dir):
+            _add_probe(evidence, probe_dir)
+    except OSError as exc:
+        evidence.notes.append(f"{record_dir}: cannot read its measurements ({exc.strerror or exc})")
+
+
+def _add_series(evidence: Evidence, series: dict[str, list]) -> None:  # type: ignore[type-arg]
+    for name, samples in series.items():
+        evidence.series.setdefault(name, []).extend(samples)
+
+
+def _output_rate(record_dir: str) -> dict[str, list]:  # type: ignore[type-arg]
+    """Bytes the job wrote per second of its run, from the record's output index."""
+    from gpufix.record.layout import iter_chunks
+    from gpufix.series import Sample
+
+    per_second: dict[int, int] = {}
+    for chunk in iter_chunks(record_dir):
+        per_second[int(chunk.time_s)] = per_second.get(int(chunk.time_s), 0) + chunk.length
+    if not per_second:
+        return {}
+    index = os.path.join(record_dir, "output.idx")
+    last = max(per_second)
+    return {"output.bytes_per_s": [Sample(float(t), float(per_second.get(t, 0)), None, index, 0) for t in range(last + 1)]}
+
+
+def _add_probe(evidence: Evidence, probe_dir: str) -> None:
+    from gpufix.probe.read import read_probe_exceptions, read_probe_facts, read_probe_series
+    from gpufix.series import Sample
+
+    _add_series(evidence, read_probe_series(probe_dir))
+    facts = read_probe_facts(probe_dir)
+    if facts.get("found"):
+        for name, value in (("probe.gpu_visible", facts.get("device_count")),
+                            ("probe.cuda_ever_allocated", facts.get("cuda_ever_allocated")),
+                            ("probe.steps", facts.get("steps"))):
+            if isinstance(value, (bool, int, float)):
+                evidence.series.setdefault(name, []).append(Sample(0.0, float(value), None, probe_dir, 0))
+    # Structured exceptions, unless the output already shows the same one: a rule matching the
+    # exception should see it once, and the fallback must not call the copy unexplained.
+    seen = {(e.short_type, e.message.split("\n", 1)[0].strip()) for e in evidence.exceptions}
+    placed: dict[int, int] = {}  # index in the probe's list -> index in the evidence
+    for index, record in enumerate(read_probe_exceptions(probe_dir)):
+        key = (record.short_type, record.message.split("\n", 1)[0].strip())
+        if key in seen:
+            continue
+        seen.add(key)
+        placed[index] = len(evidence.exceptions)
+        cause = placed.get(record.cause) if record.cause is not None else None
+        evidence.exceptions.append(ExceptionRecord(record.type, record.message, record.ref, cause))
 
 
 def _open(path: str) -> BinaryIO:

@@ -45,7 +45,10 @@ OPT_HANG_TIMEOUT = "--hang-timeout"
 OPT_ON_HANG = "--on-hang"
 VALUE_OPTIONS = {OPT_RECORD_DIR: "record_dir", OPT_NAME: "name",            # `--name N` or `--name=N`
                  OPT_INTERVAL: "interval", OPT_HANG_TIMEOUT: "hang_timeout", OPT_ON_HANG: "on_hang"}
-FLAG_OPTIONS = {OPT_NO_RECORD: "no_record", OPT_VERBOSE: "verbose", OPT_VERBOSE_SHORT: "verbose"}
+OPT_NO_PROBE = "--no-probe"
+OPT_MEMORY_HISTORY = "--memory-history"
+FLAG_OPTIONS = {OPT_NO_RECORD: "no_record", OPT_VERBOSE: "verbose", OPT_VERBOSE_SHORT: "verbose",
+                OPT_NO_PROBE: "no_probe", OPT_MEMORY_HISTORY: "memory_history"}
 ON_HANG_CHOICES = ("wait", "kill")
 HELP = {
     "record_dir": "Folder for run records (also GPUFIX_RECORD_DIR; default ./gpufix-runs).",
@@ -55,9 +58,11 @@ HELP = {
     "interval": "Seconds between GPU telemetry samples (0: no telemetry; floor 0.1).",
     "hang_timeout": "Seconds of silence with idle GPUs before stacks are dumped and diagnosed (0: off).",
     "on_hang": "After a hang is diagnosed: keep waiting, or end the job.",
+    "no_probe": "Do not load gpufix's probe into the job's Python (it adds PYTHONPATH and GPUFIX_PROBE_DIR).",
+    "memory_history": "Record CUDA allocation history in the probe, dumped as a snapshot on an OOM.",
 }
 DEFAULTS = {"record_dir": None, "name": None, "no_record": False, "verbose": False,
-            "interval": 1.0, "hang_timeout": 600.0, "on_hang": "wait"}
+            "interval": 1.0, "hang_timeout": 600.0, "on_hang": "wait", "no_probe": False, "memory_history": False}
 
 
 def convert_option(key: str, value: str) -> object:
@@ -110,6 +115,7 @@ def dashdash_first(args: list[str]) -> bool:
 def run_command(command: list[str] | tuple[str, ...], after_dashdash: bool, record_dir: str | None = None,
                 name: str | None = None, no_record: bool = False, verbose: bool = False,
                 interval: float = 1.0, hang_timeout: float = 600.0, on_hang: str = "wait",
+                no_probe: bool = False, memory_history: bool = False,
                 sampler: Sampler | None = None) -> NoReturn:
     """`gpufix run`, parsed: run the job and leave with its exit status (or die of its SIGINT).
 
@@ -119,7 +125,7 @@ def run_command(command: list[str] | tuple[str, ...], after_dashdash: bool, reco
     argv = job_argv(tuple(command), after_dashdash)
     parent = record_parent(record_dir, os.environ)  # type: ignore[arg-type]
     result = run_job(argv, parent, name, no_record, verbose, sampler=sampler,
-                     monitor=(interval, hang_timeout, on_hang))
+                     monitor=(interval, hang_timeout, on_hang), probe=None if no_probe else memory_history)
     _exit(result.exit_status, result.signal)
 
 
@@ -150,11 +156,17 @@ def _open_record(parent: str, name: str, no_record: bool, started_unix: float) -
 _SHOWN_ON_SUCCESS = ("critical", "error", "warning")
 
 
-def _has_gpu_telemetry(record_dir: str) -> bool:
-    """Whether the record holds GPU samples (a machine without GPUs records host lines only)."""
+def _has_measurements(record_dir: str) -> bool:
+    """Whether the record holds GPU samples (a machine without GPUs records host lines only) or
+    what the probe measured inside the job (it writes only once torch was imported)."""
     try:
         with open(os.path.join(record_dir, "telemetry.jsonl"), "rb") as f:
-            return b'"gpu":' in f.read(1 << 16)
+            if b'"gpu":' in f.read(1 << 16):
+                return True
+    except OSError:
+        pass
+    try:
+        return any(name.startswith("probe-") for name in os.listdir(os.path.join(record_dir, "probe")))
     except OSError:
         return False
 
@@ -190,18 +202,31 @@ def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False)
 
 
 def run_job(command: list[str], record_parent_dir: str, name: str | None, no_record: bool, verbose: bool,
-            sampler: Sampler | None = None, monitor: tuple[float, float, str] | None = None) -> JobResult:
+            sampler: Sampler | None = None, monitor: tuple[float, float, str] | None = None,
+            probe: bool | None = None) -> JobResult:
     """Run, record and (on failure) diagnose one job; `exit_status` is what to leave with.
 
     `sampler` (telemetry, watchdogs; see supervise.hooks) is started right after the job and
     stopped when it has ended. Without one, `monitor` = (telemetry interval, hang timeout,
     on-hang action) builds gpufix's own (gpufix.watchdog.monitor), also only once the job runs.
+    `probe` (None: off; else whether to record CUDA memory history) loads gpufix's probe into the
+    job's Python through the two variables docs/probe.md names; nothing else in the job's
+    environment changes, and a value the user set is never overridden.
     """
     samplers: list[Sampler] = [sampler] if sampler is not None else []
     env = original_environ()
     started_unix = time.time()
     run_name = name or default_name(command)
     record = _open_record(record_parent_dir, run_name, no_record, started_unix)
+    if probe is not None and record is not None:
+        from gpufix.probe import probe_environb
+
+        probe_dir = os.path.join(record.path, "probe")
+        try:
+            os.mkdir(probe_dir, 0o700)
+            env = probe_environb(env, probe_dir, memory_history=probe)
+        except OSError as exc:
+            warn(f"cannot create the probe's folder ({exc.strerror or exc}); running without the probe")
     cwd = os.getcwd()
     terminal_kinds = _terminal_kinds()
     probe: list[PackageProbe] = []
@@ -268,6 +293,10 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     if record is None:
         return
     record.output.close()
+    try:  # a job that never imported torch leaves the probe's folder empty: keep records tidy
+        os.rmdir(os.path.join(record.path, "probe"))
+    except OSError:
+        pass
     from gpufix.record.meta import utc_iso
 
     job_python = None
@@ -295,9 +324,9 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     if dropped and not record.ephemeral:
         warn(f"the disk was too slow: {dropped} bytes of the job's output are missing from the run record")
     text = ""
-    # A failed job is always diagnosed. A successful one only when GPU telemetry was recorded:
-    # then the measurements may show a GPU that was throttled, idle or never used at all.
-    measured = not failed and _has_gpu_telemetry(record.path)
+    # A failed job is always diagnosed. A successful one only when something was measured (GPU
+    # telemetry, the probe): a GPU throttled, idle or never used, a starving loader, a leak.
+    measured = not failed and _has_measurements(record.path)
     if (failed or measured) and not result.spawn_error:
         try:
             diagnosis, text = _diagnose(record, result, only_warnings=not failed)

@@ -23,7 +23,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-AGGREGATES = ("mean", "min", "max", "median", "p90", "p10", "first", "last", "delta", "slope", "spread", "count", "sum")
+AGGREGATES = ("mean", "min", "max", "median", "p90", "p10", "first", "last", "delta", "late_delta", "slope", "spread",
+              "count", "sum")
 OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
 GROUPINGS = ("gpu", "rank", "none")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -73,10 +74,13 @@ SERIES: dict[str, str] = {
     "gpu.pcie_gen_frac": "gpu", "gpu.pcie_width_frac": "gpu",
     "gpu.ecc_uncorrected": "gpu",
     "host.cpu_pct": "none", "host.rss_mib": "none",
-    "output.bytes_per_s": "none", "output.lines_per_s": "none",
+    "output.bytes_per_s": "none",
     "probe.step_time_s": "rank", "probe.data_wait_s": "rank", "probe.data_wait_frac": "rank",
     "probe.cuda_allocated_mib": "rank", "probe.cuda_reserved_mib": "rank", "probe.cuda_peak_mib": "rank",
-    "probe.batch_size": "rank", "probe.num_workers": "rank",
+    "probe.batch_size": "rank", "probe.num_workers": "rank", "probe.rss_mib": "rank",
+    # one sample per run, from the probe's facts: GPUs the job could see, whether it ever
+    # allocated CUDA memory (0/1), how many optimizer steps it took
+    "probe.gpu_visible": "none", "probe.cuda_ever_allocated": "none", "probe.steps": "none",
 }
 
 SERIES_KEYS = {"series": True, "agg": True, "op": True, "value": True, "window": True, "for": False,
@@ -130,6 +134,8 @@ def aggregate(agg: str, samples: Sequence[Sample]) -> float:
         return values[-1]
     if agg == "delta":
         return values[-1] - values[0]
+    if agg == "late_delta":  # growth over the second half only: a leak keeps growing, warm-up stops
+        return values[-1] - values[len(values) // 2]
     if agg == "spread":
         return max(values) - min(values)
     if agg == "slope":  # least-squares change per second

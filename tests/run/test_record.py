@@ -81,7 +81,7 @@ def test_secrets_never_reach_the_record(tmp_path: Path) -> None:
     )
     assert result.returncode == 3
     (record,) = records(tmp_path / "r")
-    for path in record.iterdir():
+    for path in (p for p in record.rglob("*") if p.is_file()):
         data = path.read_bytes()
         for secret in secrets:
             assert secret.encode() not in data, (path.name, secret)

@@ -107,10 +107,20 @@ def test_environment_cwd_and_arguments_are_the_callers(tmp_path: Path) -> None:
     benv: dict[bytes, bytes] = {k.encode(): v.encode() for k, v in base.items()}
     benv[b"BYTES_VALUE"] = b"\xff\xfe not utf-8"
     bare = subprocess.run(["env", "-0"], capture_output=True, env=benv, cwd=work)
-    wrapped = subprocess.run([*gpufix_run(tmp_path / "r"), "--", "env", "-0"], capture_output=True, env=benv, cwd=work)
+    wrapped = subprocess.run([*gpufix_run(tmp_path / "r"), "--no-probe", "--", "env", "-0"], capture_output=True,
+                             env=benv, cwd=work)
     strip = lambda out: [e for e in out.split(b"\0") if not e.startswith(b"_=")]  # noqa: E731 - `_` is the shell's
     assert strip(wrapped.stdout) == strip(bare.stdout)
     assert b"LC_CTYPE" not in wrapped.stdout
+    # With the probe (the default), exactly its two documented variables differ.
+    benv[b"PYTHONPATH"] = b"/user/lib"
+    probed = subprocess.run([*gpufix_run(tmp_path / "p"), "--", "env", "-0"], capture_output=True, env=benv, cwd=work)
+    bare = subprocess.run(["env", "-0"], capture_output=True, env=benv, cwd=work)
+    added = set(strip(probed.stdout)) - set(strip(bare.stdout))
+    removed = set(strip(bare.stdout)) - set(strip(probed.stdout))
+    assert removed == {b"PYTHONPATH=/user/lib"}
+    assert {e.split(b"=", 1)[0] for e in added} == {b"PYTHONPATH", b"GPUFIX_PROBE_DIR"}
+    assert any(e.startswith(b"PYTHONPATH=") and e.endswith(b"/probe/inject:/user/lib") for e in added)
     args = ["a b", "--lr", "3e-4", "-h", "", "--", "ünï"]
     result = subprocess.run([*gpufix_run(tmp_path / "r"), "--", PY, "-c",
                              "import os, sys; print(os.getcwd()); print(sys.argv[1:])", *args],

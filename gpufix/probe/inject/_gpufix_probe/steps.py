@@ -1,0 +1,349 @@
+"""Training steps, found without code changes.
+
+A step is one `step()` of the job's main optimizer, seen through torch's global optimizer
+post-hook (frameworks that wrap the optimizer, such as Lightning, HF Trainer and Accelerate, still
+call the wrapped optimizer's `step()`). The main optimizer is the first one that steps; with several
+(GANs) or a wrapper that steps an inner optimizer, each iteration counts once. Batches are timed by
+wrapping `_BaseDataLoaderIter.__next__`: the time inside it is time the training loop waited for
+data (the data wait). The loader's settings come from wrapping `_BaseDataLoaderIter.__init__`.
+
+Step records are written one per step for the first PER_STEP_RECORDS steps, then one per
+AGGREGATE_S seconds summarising the steps in between (`n` steps: means and the max step time).
+"""
+
+import importlib
+import os
+import time
+import weakref
+
+from _gpufix_probe import cudamem
+
+PER_STEP_RECORDS = 100
+AGGREGATE_S = 1.0
+BATCHES_DESCRIBED = 3  # per loader: where the tensors of its first batches live
+MAX_TENSORS_WALKED = 64
+MAX_PARAMS_WALKED = 20000
+RSS_EVERY_STEPS = 10  # resident memory in every 10th per-step record, and in every summary record
+MIB = 1024.0 * 1024.0
+
+_perf = time.perf_counter
+
+
+class StepTracker(object):
+    def __init__(self, probe):
+        self.probe = probe
+        self.torch = probe.torch
+        self.main = None  # weakref to the optimizer whose steps are counted
+        self.optimizers = weakref.WeakKeyDictionary()  # optimizer -> index, in order of first step
+        self.optimizer_count = 0
+        self.step = 0
+        self.batches_total = 0
+        self.last_end = None  # perf_counter at the end of the previous step
+        self.first_fetch = None  # perf_counter when the first batch was asked for
+        self.loader_used = False
+        self.wait_s = 0.0  # data wait since the previous step
+        self.batches = 0  # batches since the previous step
+        self.last_loader = None
+        self.last_batch_size = None
+        self.last_iterator = None  # id() of the iterator of the last batch: a new one is a new epoch
+        self.size_wanted = True
+        self.describing = False
+        self.step_iterator = None
+        self.loaders = weakref.WeakKeyDictionary()  # DataLoader -> id
+        self.loader_count = 0
+        self.described = {}  # loader id -> batches described
+        self.num_workers = {}  # loader id -> num_workers
+        self._reset_window()
+
+    def _reset_window(self):
+        self.win_n = 0
+        self.win_timed = 0
+        self.win_time = 0.0
+        self.win_wait = 0.0
+        self.win_max = 0.0
+        self.win_batches = 0
+        self.win_new_epoch = False
+        self.win_start = None
+
+    # -- DataLoader ---------------------------------------------------------------------------
+
+    def on_new_iterator(self, iterator, loader):
+        try:
+            loader_id = self.loaders.get(loader)
+        except TypeError:  # not weak-referenceable
+            loader_id = None
+        if loader_id is None:
+            loader_id = self.loader_count
+            self.loader_count += 1
+            try:
+                self.loaders[loader] = loader_id
+            except TypeError:
+                pass
+            self.probe.out.write(self._loader_record(loader_id, iterator, loader))
+        iterator.__dict__["_gpufix_loader"] = loader_id
+
+    def _loader_record(self, loader_id, iterator, loader):
+        workers = getattr(loader, "num_workers", None)
+        self.num_workers[loader_id] = workers
+        context = getattr(loader, "multiprocessing_context", None)
+        record = {
+            "kind": "loader", "id": loader_id,
+            "class": _qualname(type(loader)), "iterator": type(iterator).__name__,
+            "dataset": _qualname(type(getattr(loader, "dataset", None))),
+            "sampler": _qualname(type(getattr(loader, "sampler", None))),
+            "batch_size": getattr(loader, "batch_size", None),
+            "num_workers": workers,
+            "pin_memory": bool(getattr(loader, "pin_memory", False)),
+            "pin_memory_effective": bool(getattr(iterator, "_pin_memory", False)),
+            "prefetch_factor": getattr(loader, "prefetch_factor", None) if workers else None,
+            "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+            "drop_last": bool(getattr(loader, "drop_last", False)),
+            "timeout_s": getattr(loader, "timeout", None),
+            "multiprocessing_context": None if context is None else str(getattr(context, "_name", context)),
+            "cpu_count": os.cpu_count(),
+        }
+        try:
+            record["cpus_usable"] = len(os.sched_getaffinity(0))
+        except Exception:
+            pass
+        return record
+
+    def on_batch(self, iterator, batch, started, ended):
+        self.wait_s += ended - started
+        self.batches += 1
+        self.batches_total += 1
+        if id(iterator) != self.last_iterator:  # (an id, not the object: never keep an iterator alive)
+            self._new_batch_source(iterator, started)
+        if self.size_wanted:  # the batch size is read for step records, not for every batch
+            self.size_wanted = self.step < PER_STEP_RECORDS
+            size = _leading_dim(self.torch, batch)
+            if size is not None:
+                self.last_batch_size = size
+        if self.describing:
+            self._describe(batch)
+
+    def _new_batch_source(self, iterator, started):
+        self.loader_used = True
+        if self.first_fetch is None:
+            self.first_fetch = started
+        self.last_iterator = id(iterator)
+        self.last_loader = iterator.__dict__.get("_gpufix_loader")
+        self.size_wanted = True
+        self.describing = self.described.get(self.last_loader, 0) < BATCHES_DESCRIBED
+
+    def _describe(self, batch):
+        loader_id = self.last_loader
+        done = self.described.get(loader_id, 0)
+        self.described[loader_id] = done + 1
+        self.describing = done + 1 < BATCHES_DESCRIBED
+        devices, count = _tensor_devices(self.torch, batch)
+        self.probe.out.write({"kind": "batch", "loader": loader_id, "index": done, "devices": devices,
+                              "tensors": count, "batch_size": _leading_dim(self.torch, batch),
+                              "type": type(batch).__name__})
+
+    # -- optimizer steps ------------------------------------------------------------------------
+
+    def on_optimizer_step(self, optimizer):
+        now = _perf()
+        main = self.main() if self.main is not None else None
+        if main is not optimizer:
+            if optimizer not in self.optimizers:
+                self.optimizers[optimizer] = self.optimizer_count
+                self.optimizer_count += 1
+                self.probe.out.write(self._optimizer_record(optimizer, self.optimizer_count - 1))
+            if main is not None:
+                return  # another optimizer of the same iteration
+            self.main = weakref.ref(optimizer)
+        if self.step == 0:
+            self.probe.first_step()
+        self.step += 1
+        start = self.last_end if self.last_end is not None else self.first_fetch
+        step_time = None if start is None else now - start
+        wait = self.wait_s if self.loader_used else None
+        batches = self.batches
+        new_epoch = self.last_iterator is not None and self.last_iterator != self.step_iterator
+        self.step_iterator = self.last_iterator
+        self.wait_s = 0.0
+        self.batches = 0
+        self.last_end = now
+        if self.step <= PER_STEP_RECORDS:
+            record = {"kind": "step", "step": self.step, "n": 1, "step_time_s": _round(step_time),
+                      "data_wait_s": _round(wait), "batches": batches}
+            if new_epoch and self.step > 1:
+                record["new_iterator"] = True
+            self._finish(record)
+            return
+        if self.win_start is None:
+            self.win_start = now
+        self.win_n += 1
+        self.win_batches += batches
+        self.win_new_epoch = self.win_new_epoch or new_epoch
+        if step_time is not None:
+            self.win_timed += 1
+            self.win_time += step_time
+            self.win_max = max(self.win_max, step_time)
+            if wait is not None:
+                self.win_wait += wait
+        if now - self.win_start >= AGGREGATE_S:
+            self.flush_window()
+
+    def flush_window(self):
+        if not self.win_n:
+            return
+        self.size_wanted = True  # read the size of the next batch, for the next record
+        timed = self.win_timed
+        record = {"kind": "step", "step": self.step, "n": self.win_n,
+                  "step_time_s": _round(self.win_time / timed) if timed else None,
+                  "step_time_max_s": _round(self.win_max) if timed else None,
+                  "data_wait_s": _round(self.win_wait / timed) if timed and self.loader_used else None,
+                  "batches": self.win_batches}
+        if self.win_new_epoch:
+            record["new_iterator"] = True
+        self._reset_window()
+        self._finish(record)
+
+    def _finish(self, record):
+        if self.last_loader is not None:
+            record["loader"] = self.last_loader
+            record["num_workers"] = self.num_workers.get(self.last_loader)
+        if self.last_batch_size is not None:
+            record["batch_size"] = self.last_batch_size
+        if record["n"] > 1 or record["step"] % RSS_EVERY_STEPS == 0 or record["step"] == 1:
+            rss = rss_mib()  # a /proc read: a syscall, dear in some sandboxes
+            if rss is not None:
+                record["rss_mib"] = rss
+        memory = cudamem.memory_mib(self.torch)
+        if memory is not None:
+            record["cuda_allocated_mib"], record["cuda_reserved_mib"], record["cuda_peak_mib"] = memory
+            if memory[0] > 0:
+                self.probe.cuda_allocated_seen = True
+        self.probe.out.write(record)
+
+    def _optimizer_record(self, optimizer, index):
+        devices = {}
+        count = 0
+        first = None
+        for group in getattr(optimizer, "param_groups", ()):
+            for param in group.get("params", ()):
+                count += 1
+                if count > MAX_PARAMS_WALKED:
+                    continue
+                device = str(getattr(param, "device", "?"))
+                if first is None:
+                    first = device
+                devices[device] = devices.get(device, 0) + 1
+        return {"kind": "optimizer", "index": index, "class": _qualname(type(optimizer)),
+                "at_step": self.step + 1, "param_device": first, "param_devices": devices,
+                "params": count}
+
+
+def _round(value, digits=6):
+    return None if value is None else round(value, digits)
+
+
+def _qualname(cls):
+    if cls is None or cls is type(None):
+        return None
+    module = getattr(cls, "__module__", "") or ""
+    name = getattr(cls, "__qualname__", getattr(cls, "__name__", "?"))
+    return name if module in ("builtins", "__main__") else module + "." + name
+
+
+def _leading_dim(torch, batch, depth=0):
+    """The first dimension of the batch's first tensor (its batch size, for the usual layouts)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    if depth > 3:
+        return None
+    if isinstance(batch, (list, tuple)):
+        return _leading_dim(torch, batch[0], depth + 1) if batch else None
+    if isinstance(batch, dict) or hasattr(batch, "values") and hasattr(batch, "keys"):
+        try:
+            for value in batch.values():
+                return _leading_dim(torch, value, depth + 1)
+        except Exception:
+            return None
+    return None
+
+
+def _tensor_devices(torch, batch):
+    """({device: tensor count}, tensors seen) over a batch of nested dicts, lists and tuples."""
+    devices = {}
+    pending = [(batch, 0)]
+    seen = 0
+    while pending and seen < MAX_TENSORS_WALKED:
+        item, depth = pending.pop()
+        if isinstance(item, torch.Tensor):
+            seen += 1
+            device = str(item.device)
+            devices[device] = devices.get(device, 0) + 1
+        elif depth < 4 and isinstance(item, (list, tuple)):
+            pending.extend((value, depth + 1) for value in item[:MAX_TENSORS_WALKED])
+        elif depth < 4 and (isinstance(item, dict) or hasattr(item, "values") and hasattr(item, "keys")):
+            try:
+                pending.extend((value, depth + 1) for value in list(item.values())[:MAX_TENSORS_WALKED])
+            except Exception:
+                pass
+    return devices, seen
+
+
+_PAGE_MIB = None
+
+
+def rss_mib():
+    """Resident memory of this process in MiB (Linux /proc), or None."""
+    global _PAGE_MIB
+    try:
+        if _PAGE_MIB is None:
+            _PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / MIB
+        with open("/proc/self/statm", "rb") as statm:
+            return round(int(statm.read().split()[1]) * _PAGE_MIB, 2)
+    except Exception:
+        return None
+
+
+def install(probe):
+    """Register the optimizer hook and wrap the DataLoader iterator."""
+    tracker = StepTracker(probe)
+    probe.steps = tracker
+
+    def step_hook(optimizer, args, kwargs):
+        if probe.enabled:
+            try:
+                tracker.on_optimizer_step(optimizer)
+            except Exception as exc:
+                probe.fail("optimizer step hook", exc)
+
+    optimizer_module = importlib.import_module("torch.optim.optimizer")
+    probe.handles.append(optimizer_module.register_optimizer_step_post_hook(step_hook))
+
+    base = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
+    real_init = base.__init__
+    real_next = base.__next__
+
+    def __init__(self, loader, *args, **kwargs):
+        real_init(self, loader, *args, **kwargs)
+        if probe.enabled:
+            try:
+                tracker.on_new_iterator(self, loader)
+            except Exception as exc:
+                probe.fail("DataLoader iterator", exc)
+
+    def __next__(self):
+        if not probe.enabled:
+            return real_next(self)
+        started = _perf()
+        batch = real_next(self)
+        ended = _perf()
+        try:
+            tracker.on_batch(self, batch, started, ended)
+        except Exception as exc:
+            probe.fail("DataLoader batch", exc)
+        return batch
+
+    for wrapper, real in ((__init__, real_init), (__next__, real_next)):
+        wrapper.__qualname__ = getattr(real, "__qualname__", wrapper.__qualname__)
+        wrapper.__doc__ = real.__doc__
+        wrapper.__wrapped__ = real
+    base.__init__ = __init__
+    base.__next__ = __next__

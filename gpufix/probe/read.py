@@ -1,0 +1,242 @@
+"""Read a probe folder (`<record>/probe`): the `probe.*` series of gpufix.series.SERIES, the
+exceptions the job raised, and the facts (versions, placement, loader settings, CUDA use).
+
+Files (docs/probe.md): `probe-<pid>.jsonl` per probed process, `worker-<pid>.jsonl` per DataLoader
+worker that caught an exception, plus `oom-<pid>.pickle`, `faults-<pid>.log`, `stacks-<pid>.txt`.
+A torn or unreadable line is skipped (the job may have been killed mid-write). No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gpufix.evidence import ExceptionRecord, LineRef
+from gpufix.series import SERIES, Sample
+
+# Step-record field -> series name. data_wait_frac is derived (data_wait_s / step_time_s).
+STEP_SERIES = {
+    "step_time_s": "probe.step_time_s",
+    "data_wait_s": "probe.data_wait_s",
+    "cuda_allocated_mib": "probe.cuda_allocated_mib",
+    "cuda_reserved_mib": "probe.cuda_reserved_mib",
+    "cuda_peak_mib": "probe.cuda_peak_mib",
+    "batch_size": "probe.batch_size",
+    "num_workers": "probe.num_workers",
+    "rss_mib": "probe.rss_mib",  # read only once SERIES names it (host memory per rank: leaks)
+}
+DATA_WAIT_FRAC = "probe.data_wait_frac"
+_STEP_SERIES_KNOWN = {field: name for field, name in STEP_SERIES.items() if name in SERIES}
+_WORKER_MESSAGE = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
+
+
+def probe_files(probe_dir: str | Path) -> list[Path]:
+    """The JSONL files of a probe folder: workers' first (their exceptions come first), by pid."""
+    folder = Path(probe_dir)
+    if not folder.is_dir():
+        return []
+
+    def order(path: Path) -> tuple[int, int]:
+        pid = path.stem.rsplit("-", 1)[-1]
+        return (0 if path.name.startswith("worker-") else 1, int(pid) if pid.isdigit() else 0)
+
+    return sorted([*folder.glob("worker-*.jsonl"), *folder.glob("probe-*.jsonl")], key=order)
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each readable line of one probe file."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("kind"), str):
+            yield number, record
+
+
+def _group(start: dict[str, Any], override: int | None) -> str:
+    rank = override if override is not None else start.get("rank")
+    return str(rank) if isinstance(rank, int) else "0"
+
+
+def read_probe_series(probe_dir: str | Path) -> dict[str, list[Sample]]:
+    """The `probe.*` series, one sample per step record, grouped by rank ("0" when unknown)."""
+    series: dict[str, list[Sample]] = {}
+    for path in probe_files(probe_dir):
+        if not path.name.startswith("probe-"):
+            continue
+        source = str(path)
+        start: dict[str, Any] = {}
+        rank: int | None = None
+        for number, record in iter_records(path):
+            kind = record["kind"]
+            if kind == "start":
+                start = record
+                continue
+            if kind == "distributed" and isinstance(record.get("rank"), int):
+                rank = record["rank"]
+                continue
+            if kind != "step" or not isinstance(record.get("t"), (int, float)):
+                continue
+            group = _group(start, rank)
+            t = float(record["t"])
+            for field, name in _STEP_SERIES_KNOWN.items():
+                value = record.get(field)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    series.setdefault(name, []).append(Sample(t, float(value), group, source, number))
+            step_time, wait = record.get("step_time_s"), record.get("data_wait_s")
+            if isinstance(step_time, (int, float)) and isinstance(wait, (int, float)) and step_time > 0:
+                frac = min(1.0, max(0.0, wait / step_time))
+                series.setdefault(DATA_WAIT_FRAC, []).append(Sample(t, frac, group, source, number))
+    return series
+
+
+def read_probe_exceptions(probe_dir: str | Path) -> list[ExceptionRecord]:
+    """Every exception the probe saw, oldest of each chain first; `cause` indexes this list.
+
+    A DataLoader worker's original exception comes before the main process's "Caught X in
+    DataLoader worker process N", which names it as its cause.
+    """
+    out: list[ExceptionRecord] = []
+    worker_index: dict[tuple[str, int], int] = {}  # (type, worker id) -> index of the worker's exception
+    for path in probe_files(probe_dir):
+        source = str(path)
+        start: dict[str, Any] = {}
+        rank: int | None = None
+        for number, record in iter_records(path):
+            kind = record["kind"]
+            if kind == "start":
+                start = record
+            elif kind == "distributed" and isinstance(record.get("rank"), int):
+                rank = record["rank"]
+            elif kind == "exception":
+                group = _group(start, rank)
+                offset = len(out)
+                for item in record.get("exceptions") or []:
+                    if not isinstance(item, dict):
+                        continue
+                    type_name = str(item.get("type", "?"))
+                    message = str(item.get("message", ""))
+                    first_line = message.split("\n", 1)[0]
+                    text = f"{type_name}: {first_line}" if first_line else type_name
+                    cause = item.get("cause")
+                    cause = offset + cause if isinstance(cause, int) and 0 <= cause < len(out) - offset else None
+                    worker = _WORKER_MESSAGE.match(message)
+                    if cause is None and worker:
+                        cause = worker_index.get((worker.group(1), int(worker.group(2))))
+                    out.append(ExceptionRecord(type_name, message, LineRef(source, number, text, int(group)), cause))
+                    if record.get("where") == "dataloader_worker" and isinstance(record.get("worker_id"), int):
+                        short = type_name.rsplit(".", 1)[-1]
+                        worker_index[(short, record["worker_id"])] = len(out) - 1
+    return out
+
+
+def read_probe_facts(probe_dir: str | Path) -> dict[str, Any]:
+    """What the probe established about the job, for rules and reports.
+
+    Per process under `processes`; summed up at the top level over the processes that trained
+    (took optimizer steps), or all of them when none did.
+    """
+    folder = Path(probe_dir)
+    processes = [_process_facts(path) for path in probe_files(folder) if path.name.startswith("probe-")]
+    trained = [p for p in processes if p["steps"]] or processes
+    facts: dict[str, Any] = {"probe_dir": str(folder), "found": bool(processes), "processes": processes}
+    first = trained[0] if trained else {}
+    for key in ("torch", "cuda_build", "cuda_available", "device_count", "cuda_visible_devices"):
+        facts[key] = first.get(key)
+    facts["steps"] = sum(p["steps"] for p in trained)
+    facts["ranks"] = sorted({p["rank"] for p in trained if p["rank"] is not None})
+    facts["world_size"] = first.get("world_size")
+    facts["param_devices"] = sorted({d for p in trained for o in p["optimizers"] for d in o.get("param_devices") or {}})
+    facts["batch_devices"] = sorted({d for p in trained for b in p["batches"] for d in b.get("devices") or {}})
+    facts["loaders"] = [loader for p in trained for loader in p["loaders"]]
+    facts["cuda_initialized"] = any(p["cuda_initialized"] for p in trained) if trained else None
+    facts["cuda_ever_allocated"] = any(p["cuda_ever_allocated"] for p in trained) if trained else None
+    peaks = [p["cuda_peak_mib"] for p in trained if p.get("cuda_peak_mib") is not None]
+    facts["cuda_peak_mib"] = max(peaks) if peaks else None
+    fracs = [p["data_wait_frac"] for p in trained if p.get("data_wait_frac") is not None]
+    facts["data_wait_frac"] = max(fracs) if fracs else None
+    facts["oom_snapshots"] = sorted(str(p) for p in folder.glob("oom-*.pickle"))
+    facts["fault_logs"] = sorted(str(p) for p in folder.glob("faults-*.log") if p.stat().st_size > 0)
+    facts["stack_dumps"] = sorted(str(p) for p in folder.glob("stacks-*.txt"))
+    facts["probe_errors"] = [e for p in processes for e in p["probe_errors"]]
+    facts["exceptions"] = len(read_probe_exceptions(folder))
+    return facts
+
+
+def _process_facts(path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"file": str(path), "pid": None, "role": None, "torch": None, "cuda_build": None,
+                           "rank": None, "world_size": None, "steps": 0, "optimizers": [], "loaders": [],
+                           "batches": [], "cuda_available": None, "device_count": None,
+                           "cuda_initialized": None, "cuda_ever_allocated": None, "cuda_peak_mib": None,
+                           "probe_errors": [], "ended": False}
+    step_time = wait = 0.0
+    peak = None
+    for _number, record in iter_records(path):
+        kind = record["kind"]
+        if kind == "start":
+            for key in ("pid", "role", "torch", "cuda_build", "rank", "world_size", "local_rank", "argv0",
+                        "python", "torch_import_s", "faulthandler"):
+                out[key] = record.get(key)
+            env = record.get("env") or {}
+            out["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")
+            out["env"] = env
+        elif kind == "distributed":
+            out["rank"], out["world_size"] = record.get("rank"), record.get("world_size")
+        elif kind == "cuda":
+            _cuda_facts(out, record)
+        elif kind == "optimizer":
+            out["optimizers"].append(_without(record, "kind", "t"))
+        elif kind == "loader":
+            out["loaders"].append(_without(record, "kind", "t"))
+        elif kind == "batch":
+            out["batches"].append(_without(record, "kind", "t"))
+        elif kind == "step":
+            out["steps"] = max(out["steps"], int(record.get("step") or 0))
+            n = int(record.get("n") or 1)
+            if isinstance(record.get("step_time_s"), (int, float)) and isinstance(record.get("data_wait_s"), (int, float)):
+                step_time += record["step_time_s"] * n
+                wait += record["data_wait_s"] * n
+            if isinstance(record.get("cuda_peak_mib"), (int, float)):
+                peak = max(peak or 0.0, record["cuda_peak_mib"])
+        elif kind == "probe_error":
+            out["probe_errors"].append(_without(record, "kind"))
+        elif kind == "end":
+            out["ended"] = True
+            out["steps"] = max(out["steps"], int(record.get("steps") or 0))
+            out["cuda_initialized"] = record.get("cuda_initialized")
+            out["cuda_ever_allocated"] = record.get("cuda_ever_allocated")
+            if isinstance(record.get("cuda_peak_mib"), (int, float)):
+                peak = max(peak or 0.0, record["cuda_peak_mib"])
+            if isinstance(record.get("cuda"), dict):
+                _cuda_facts(out, record["cuda"])
+            out["rss_peak_mib"] = record.get("rss_peak_mib")
+    out["cuda_peak_mib"] = peak
+    if out["cuda_ever_allocated"] is None and peak is not None:
+        out["cuda_ever_allocated"] = peak > 0
+    out["data_wait_frac"] = round(wait / step_time, 4) if step_time > 0 else None
+    return out
+
+
+def _cuda_facts(out: dict[str, Any], record: dict[str, Any]) -> None:
+    for key in ("available", "device_count"):
+        if record.get(key) is not None:
+            out["cuda_available" if key == "available" else key] = record[key]
+    if record.get("initialized"):
+        out["cuda_initialized"] = True
+    for key in ("nvml_device_count", "device_name", "source"):
+        if record.get(key) is not None:
+            out[f"cuda_{key}" if not key.startswith("cuda") else key] = record[key]
+
+
+def _without(record: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in keys}
