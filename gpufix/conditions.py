@@ -19,7 +19,7 @@ _UNITS = {
 }
 _QUANTITY = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z%]*)\s*$")
 _CONDITION = re.compile(
-    r"^\s*(?P<field>[a-z_][a-z0-9_]*)\s*(?:(?P<op>==|!=|>=|<=|>|<)\s*(?P<value>.+?)|is\s+(?P<state>set|missing))\s*$"
+    r"^\s*(?P<field>[a-z_][a-z0-9_]*)\s*(?:(?P<op>==|!=|>=|<=|!~|~|>|<)\s*(?P<value>.+?)|is\s+(?P<state>set|missing))\s*$"
 )
 _EXPRESSION = re.compile(r"^\s*(?P<a>[A-Za-z0-9_. ]+?)\s*(?P<op>[-+*/])\s*(?P<b>[A-Za-z0-9_. ]+?)\s*$")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
@@ -77,7 +77,7 @@ def parse_condition(text: str) -> tuple[str, str, str | None]:
     if not match:
         raise ValueError(
             f"cannot read condition {text!r} (expected 'FIELD OP VALUE' with OP one of "
-            "== != >= <= > <, or 'FIELD is set' / 'FIELD is missing')"
+            "== != >= <= > < ~ (contains) !~ (does not contain), or 'FIELD is set' / 'FIELD is missing')"
         )
     if match.group("state"):
         return match.group("field"), "is " + match.group("state"), None
@@ -86,15 +86,20 @@ def parse_condition(text: str) -> tuple[str, str, str | None]:
 
 
 def holds(condition: str, fields: dict[str, str]) -> bool:
-    """Whether a guard holds for these field values. A missing field never satisfies a comparison."""
+    """Whether a guard holds for these field values. A missing field never satisfies a comparison
+    (but it does "not contain" anything: `!~` holds for it)."""
     name, op, expected = parse_condition(condition)
     actual = fields.get(name)
     if op == "is set":
         return actual is not None and actual != ""
     if op == "is missing":
         return actual is None or actual == ""
+    if op == "!~":  # a missing field does not contain anything
+        return expected is not None and (actual is None or expected.lower() not in actual.lower())
     if actual is None or expected is None:
         return False
+    if op == "~":
+        return expected.lower() in actual.lower()
     a, b = quantity(actual), quantity(expected)
     if a is None or b is None:
         if op in ("==", "!="):

@@ -121,11 +121,13 @@ def _group(group: Group, evidence: Evidence, ruleset: RuleSet, exceptions: list[
     return out
 
 
-def _fields(rule: Rule, result: _Result, refs: list[LineRef]) -> dict[str, str]:
+def _fields(rule: Rule, result: _Result, refs: list[LineRef], facts: dict[str, str]) -> dict[str, str]:
     fields: dict[str, str] = {}
     for groups in result.groups:
         for key, value in groups.items():
             fields.setdefault(key, value.strip())
+    for key, value in facts.items():
+        fields.setdefault(key, value)
     for name, expression in rule.derive.items():
         value = conditions.evaluate(expression, fields)
         if value is not None and name not in fields:  # a printed value beats a computed one
@@ -145,12 +147,12 @@ def _fields(rule: Rule, result: _Result, refs: list[LineRef]) -> dict[str, str]:
     return fields
 
 
-def _finding(rule: Rule, result: _Result, order: dict[str, int]) -> Finding:
+def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str, str]) -> Finding:
     unique: dict[tuple[str, int], LineRef] = {}
     for ref in sorted(result.refs, key=lambda r: (order.get(r.source, 0), r.line)):
         unique.setdefault((ref.source, ref.line), ref)
     refs = list(unique.values())
-    fields = _fields(rule, result, refs)
+    fields = _fields(rule, result, refs, facts)
     message = next((m for m in (conditions.fill(t, fields) for t in rule.messages) if m), rule.title)
     fixes = []
     for fix in rule.fixes:
@@ -198,7 +200,7 @@ def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = Non
             continue
         result = _group(rule.match, evidence, ruleset, evidence.exceptions)
         if result.matched:
-            findings[rule.code] = _finding(rule, result, order)
+            findings[rule.code] = _finding(rule, result, order, evidence.facts)
         elif result.unevaluated and notes is not None:
             notes.append(f"{rule.code} {rule.name} not evaluated: {'; '.join(result.unevaluated)}")
     covered = {(ref.source, ref.line) for f in findings.values() for ref in f.all_refs}
@@ -207,7 +209,7 @@ def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = Non
         if rule.fallback and uncovered:
             result = _group(rule.match, evidence, ruleset, uncovered)
             if result.matched:
-                findings[rule.code] = _finding(rule, result, order)
+                findings[rule.code] = _finding(rule, result, order, evidence.facts)
     for code in list(findings):
         rule = ruleset.by_code[code]
         for victim in rule.suppresses:

@@ -68,6 +68,8 @@ class Evidence:
         self.notes: list[str] = []
         # measured series by name (gpufix.series.SERIES): telemetry, output rate, probe
         self.series: dict[str, list[Any]] = {}
+        # facts about the run (rules.model.BUILTIN_FIELDS), offered to every finding's fields
+        self.facts: dict[str, str] = {}
 
     def merge(self, other: Evidence) -> None:
         """Add another input's evidence (several files of one run are diagnosed together)."""
@@ -85,3 +87,5 @@ class Evidence:
         self.notes.extend(other.notes)
         for name, samples in other.series.items():
             self.series.setdefault(name, []).extend(samples)
+        for key, value in other.facts.items():
+            self.facts.setdefault(key, value)

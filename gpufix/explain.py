@@ -106,6 +106,7 @@ def add_record_measurements(evidence: Evidence, record_dir: str) -> None:
     probe's series, facts and structured exceptions (docs/probe.md)."""
     telemetry = os.path.join(record_dir, "telemetry.jsonl")
     probe_dir = os.path.join(record_dir, "probe")
+    _add_meta_facts(evidence, os.path.join(record_dir, "meta.json"))
     try:
         if os.path.isfile(telemetry):
             from gpufix.telemetry.series import telemetry_series
@@ -116,6 +117,20 @@ def add_record_measurements(evidence: Evidence, record_dir: str) -> None:
             _add_probe(evidence, probe_dir)
     except OSError as exc:
         evidence.notes.append(f"{record_dir}: cannot read its measurements ({exc.strerror or exc})")
+
+
+def _add_meta_facts(evidence: Evidence, meta_path: str) -> None:
+    """The job's environment as facts rules can guard on (e.g. an allocator setting already made)."""
+    import json
+
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            environment = json.load(f).get("environment") or {}
+    except (OSError, ValueError, AttributeError):
+        return
+    for variable, fact in (("PYTORCH_CUDA_ALLOC_CONF", "pytorch_cuda_alloc_conf"), ("CUDA_VISIBLE_DEVICES", "cuda_visible_devices")):
+        if isinstance(environment.get(variable), str):
+            evidence.facts.setdefault(fact, environment[variable])
 
 
 def _add_series(evidence: Evidence, series: dict[str, list]) -> None:  # type: ignore[type-arg]
@@ -145,9 +160,14 @@ def _add_probe(evidence: Evidence, probe_dir: str) -> None:
     _add_series(evidence, read_probe_series(probe_dir))
     facts = read_probe_facts(probe_dir)
     if facts.get("found"):
+        if facts.get("torch"):
+            evidence.facts.setdefault("torch_version", str(facts["torch"]))
+            evidence.facts.setdefault("torch_cuda_build", str(facts.get("cuda_build") or "none"))
+        has_cuda = bool(facts.get("cuda_build")) if facts.get("torch") else None
         for name, value in (("probe.gpu_visible", facts.get("device_count")),
                             ("probe.cuda_ever_allocated", facts.get("cuda_ever_allocated")),
-                            ("probe.steps", facts.get("steps"))):
+                            ("probe.steps", facts.get("steps")),
+                            ("probe.torch_has_cuda", has_cuda)):
             if isinstance(value, (bool, int, float)):
                 evidence.series.setdefault(name, []).append(Sample(0.0, float(value), None, probe_dir, 0))
     # Structured exceptions, unless the output already shows the same one: a rule matching the

@@ -81,6 +81,7 @@ SERIES: dict[str, str] = {
     # one sample per run, from the probe's facts: GPUs the job could see, whether it ever
     # allocated CUDA memory (0/1), how many optimizer steps it took
     "probe.gpu_visible": "none", "probe.cuda_ever_allocated": "none", "probe.steps": "none",
+    "probe.torch_has_cuda": "none",
 }
 
 SERIES_KEYS = {"series": True, "agg": True, "op": True, "value": True, "window": True, "for": False,

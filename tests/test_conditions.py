@@ -56,3 +56,11 @@ def test_evaluate_multiplies_and_divides() -> None:
     assert conditions.evaluate("a * b", {"a": "2.5", "b": "4"}) == "10"
     assert conditions.evaluate("a / b", {"a": "1", "b": "0"}) is None
     assert conditions.evaluate("a / b", {"a": "1", "b": "3"}) == "0.333"
+
+
+def test_contains_and_does_not_contain() -> None:
+    fields = {"conf": "max_split_size_mb:128,expandable_segments:True"}
+    assert conditions.holds("conf ~ expandable_segments:true", fields)
+    assert not conditions.holds("conf !~ expandable_segments:true", fields)
+    assert conditions.holds("other !~ expandable_segments:true", fields)  # unknown: does not contain it
+    assert not conditions.holds("other ~ x", fields)

@@ -69,3 +69,22 @@ def test_a_healthy_record_has_no_finding_and_a_short_one_is_not_evaluated(tmp_pa
     short = write_record(short_dir, [gpu(1000.0 + i, 0, throttle_reasons=["sw_thermal_slowdown"]) for i in range(5)])
     doc = json.loads(run_gpufix("explain", "--format", "json", str(short)).stdout)
     assert any(note.startswith("PRF001 gpu-thermal-throttling not evaluated: 5 sample(s)") for note in doc["notes"])
+
+
+def test_expandable_segments_is_not_suggested_when_the_job_already_had_it(tmp_path: Path) -> None:
+    oom = (b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           b"79.10 GiB of which 1.06 GiB is free. Of the allocated memory 60.00 GiB is allocated by PyTorch, and "
+           b"6.00 GiB is reserved by PyTorch but unallocated.\n")
+    plain = write_record(tmp_path, [gpu(1000.0, 0)], output=oom)
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(plain)).stdout)
+    assert any("expandable_segments" in (f["snippet"] or "") for f in doc["findings"][0]["fixes"])
+    already = tmp_path / "already"
+    already.mkdir()
+    record = write_record(already, [gpu(1000.0, 0)], output=oom)
+    meta = json.loads((record / "meta.json").read_text())
+    meta["environment"] = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    (record / "meta.json").write_text(json.dumps(meta))
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(record)).stdout)
+    assert doc["findings"][0]["code"] == "MEM001"
+    assert not any("expandable_segments" in (f["snippet"] or "") for f in doc["findings"][0]["fixes"])
+    assert doc["findings"][0]["fields"]["pytorch_cuda_alloc_conf"] == "expandable_segments:True"

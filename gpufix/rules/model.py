@@ -48,7 +48,9 @@ DEFAULT_PRIORITY: dict[str, int] = {
     "nccl_hang": 40,
     "not_gpu": 10,
 }
-BUILTIN_FIELDS = ("count", "ranks", "first_line", "source")
+BUILTIN_FIELDS = ("count", "ranks", "first_line", "source",
+                  # facts of a run record when known (meta.json environment, the probe); absent for a paste
+                  "pytorch_cuda_alloc_conf", "cuda_visible_devices", "torch_version", "torch_cuda_build")
 
 
 class Leaf(NamedTuple):
