@@ -26,6 +26,7 @@ _COMMANDS = {
     "postmortem": ("gpufix.cli_postmortem", "postmortem_cmd", "Root causes of failed runs across ranks and nights (logs, records)."),
     "compare": ("gpufix.cli_compare", "compare_cmd", "Put run records side by side: step time, memory, power, findings."),
     "attach": ("gpufix.cli_attach", "attach_cmd", "Watch an already running job: telemetry, log, hangs; detach with Ctrl-C."),
+    "status": ("gpufix.cli_status", "status_cmd", "A run at a glance: step rate, data wait, GPU use as sparklines, findings."),
     "stacks": ("gpufix.cli_stacks", "stacks_cmd", "Dump and diagnose the stacks of a running job (record or pid)."),
 }
 

@@ -1,0 +1,443 @@
+"""`gpufix status`: a run record at a glance (no click, no rich).
+
+`status(record_dir)` reads a running or finished record (docs/run-record.md, docs/probe.md) and
+returns a plain dict: the run (name, command, state, exit status, elapsed), the probe's step rate
+and data-wait fraction per rank, per-GPU summaries of utilisation, memory, temperature and power
+(last, min, max, and ~40 values over time for a sparkline), and the current findings of
+`explain`. `render_text` turns that dict into the text report; `sparkline` draws the values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import statistics
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpufix.errors import GpufixError, InputError
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+POINTS = 40  # values kept per series for its sparkline
+RECENT_S = 60.0  # the "recent" window for step rate and data wait, seconds before the last step record
+
+# Telemetry field -> (key in the status dict, fixed scale: low, high field or number)
+GPU_FIELDS = {
+    "util_gpu_pct": ("util_pct", 0.0, 100.0),
+    "memory_used_mib": ("memory_mib", 0.0, "memory_total_mib"),
+    "temperature_c": ("temperature_c", None, None),
+    "power_w": ("power_w", 0.0, "power_limit_w"),
+}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def sparkline(values: Sequence[float | None], width: int = POINTS, lo: float | None = None,
+              hi: float | None = None) -> str:
+    """Values as block characters `▁..█`, at most `width` of them (longer input is averaged in
+    `width` consecutive chunks). None (a gap) is a space. The scale is `lo`..`hi` when given,
+    else the values' own min..max; values that are all equal are drawn mid-height."""
+    if width <= 0 or not values:
+        return ""
+    points: list[float | None] = [_number(v) for v in values]
+    if len(points) > width:
+        chunks: list[float | None] = []
+        for i in range(width):
+            part = [v for v in points[i * len(points) // width:(i + 1) * len(points) // width] if v is not None]
+            chunks.append(sum(part) / len(part) if part else None)
+        points = chunks
+    present = [v for v in points if v is not None]
+    if not present:
+        return " " * len(points)
+    low = min(present) if lo is None else lo
+    high = max(present) if hi is None else hi
+    out = []
+    for v in points:
+        if v is None:
+            out.append(" ")
+        elif high <= low:
+            out.append(BLOCKS[len(BLOCKS) // 2 - 1] if lo is None and hi is None else (BLOCKS[-1] if v >= high else BLOCKS[0]))
+        else:
+            frac = min(1.0, max(0.0, (v - low) / (high - low)))
+            out.append(BLOCKS[min(len(BLOCKS) - 1, int(frac * len(BLOCKS)))])
+    return "".join(out)
+
+
+def downsample(points: Sequence[tuple[float, float]], n: int = POINTS) -> list[float | None]:
+    """(t, value) pairs in time order as at most `n` values: the samples themselves when there
+    are no more than `n`, else the mean of each of `n` equal stretches of time (None: no sample)."""
+    if len(points) <= n:
+        return [round(v, 3) for _, v in points]
+    t0, t1 = points[0][0], points[-1][0]
+    span = (t1 - t0) or 1.0
+    sums, counts = [0.0] * n, [0] * n
+    for t, v in points:
+        i = min(n - 1, int((t - t0) / span * n))
+        sums[i] += v
+        counts[i] += 1
+    return [round(s / c, 3) if c else None for s, c in zip(sums, counts)]
+
+
+def _summary(points: list[tuple[float, float]]) -> dict[str, Any] | None:
+    if not points:
+        return None
+    values = [v for _, v in points]
+    return {"last": values[-1], "min": min(values), "max": max(values), "mean": round(sum(values) / len(values), 3),
+            "samples": len(values), "values": downsample(points)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding a record
+
+
+def is_record(path: str | Path) -> bool:
+    """A record folder: it has `meta.json` (output.log may not be there yet at the very start)."""
+    return os.path.isfile(os.path.join(path, "meta.json"))
+
+
+def _start_key(path: Path) -> tuple[str, float]:
+    try:
+        start = str(json.loads((path / "meta.json").read_text(encoding="utf-8")).get("start_utc") or "")
+    except (OSError, ValueError, AttributeError):
+        start = ""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        mtime = 0.0
+    return (start, mtime)
+
+
+def newest_record(parent: str | Path) -> Path | None:
+    """The record under `parent` that started last (meta.json `start_utc`, then mtime)."""
+    folder = Path(parent)
+    if not folder.is_dir():
+        return None
+    records = [p for p in folder.iterdir() if p.is_dir() and is_record(p)]
+    return max(records, key=_start_key) if records else None
+
+
+def find_record(record: str | None, parent: str) -> Path:
+    """RECORD itself, the newest record inside it when it is a folder of records, or the newest
+    under `parent`. Raises InputError (exit 2) when there is none."""
+    if record:
+        path = Path(record)
+        if not path.exists():
+            raise InputError(f"{record}: no such record", hint="pass a folder made by `gpufix run`, e.g. gpufix-runs/<run>")
+        if is_record(path):
+            return path
+        inner = newest_record(path) if path.is_dir() else None
+        if inner is None:
+            raise InputError(f"{record} is not a run record (no meta.json)",
+                             hint="pass a folder made by `gpufix run` (it holds meta.json and output.log)")
+        return inner
+    found = newest_record(parent)
+    if found is None:
+        raise InputError(f"no run record under {parent}",
+                         hint="start one with `gpufix run python train.py`, or pass RECORD / --record-dir DIR")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading it
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _unix(stamp: Any) -> float | None:
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _pid_alive(pid: Any) -> bool | None:
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _last_write(record: Path) -> float | None:
+    times = []
+    for path in (record / "output.log", record / "telemetry.jsonl", record / "output.idx", *record.glob("probe/*.jsonl")):
+        try:
+            times.append(path.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times) if times else None
+
+
+def _run_info(record: Path, meta: dict[str, Any], result: dict[str, Any], now: float) -> dict[str, Any]:
+    start = _unix(meta.get("start_utc"))
+    end = _unix(result.get("end_utc") or meta.get("end_utc"))
+    if result or meta.get("status") == "finished":
+        state = "finished"
+    else:
+        state = "running"
+        # gpufix died before the job ended (kill -9, a crashed node): the record stops there.
+        if meta.get("host") == os.uname().nodename and _pid_alive(meta.get("gpufix_pid")) is False:
+            state = "interrupted"
+    if isinstance(result.get("duration_s"), (int, float)):
+        elapsed = float(result["duration_s"])
+    elif start is not None:
+        if state == "finished" and end is not None:
+            until = end
+        elif state == "interrupted":
+            until = _last_write(record) or now  # the record stops when gpufix did
+        else:
+            until = now
+        elapsed = until - start
+    else:
+        elapsed = None
+    command = meta.get("command")
+    return {
+        "record": str(record),
+        "name": meta.get("name") or record.name,
+        "command": shlex.join(str(c) for c in command) if isinstance(command, list) else None,
+        "host": meta.get("host"),
+        "mode": meta.get("mode", "run"),
+        "state": state,
+        "exit_status": result.get("exit_status") if state == "finished" else None,
+        "signal": result.get("signal") if state == "finished" else None,
+        "start_utc": meta.get("start_utc"),
+        "end_utc": result.get("end_utc") or meta.get("end_utc"),
+        "elapsed_s": round(elapsed, 3) if elapsed is not None else None,
+    }
+
+
+def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per-GPU summaries and telemetry notes from telemetry.jsonl."""
+    if not telemetry.is_file():
+        return [], []
+    from gpufix.telemetry.replay import iter_lines
+
+    per_gpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    last_of: dict[str, dict[str, float]] = {}
+    notes: list[str] = []
+    for _line, t, obj in iter_lines(str(telemetry)):
+        if "gpu" in obj and "event" not in obj and "processes" not in obj:
+            gpu = str(obj["gpu"])
+            fields = per_gpu.setdefault(gpu, {})
+            for field in (*GPU_FIELDS, "memory_total_mib", "power_limit_w"):
+                value = _number(obj.get(field))
+                if value is not None:
+                    fields.setdefault(field, []).append((t, value))
+                    last_of.setdefault(gpu, {})[field] = value
+        elif isinstance(obj.get("note"), str):
+            notes.append(obj["note"])
+    out = []
+    for gpu in sorted(per_gpu, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g)):
+        fields = per_gpu[gpu]
+        entry: dict[str, Any] = {"gpu": int(gpu) if gpu.isdigit() else gpu}
+        for field, (key, _lo, _hi) in GPU_FIELDS.items():
+            entry[key] = _summary(sorted(fields.get(field, [])))
+        entry["memory_total_mib"] = last_of.get(gpu, {}).get("memory_total_mib")
+        entry["power_limit_w"] = last_of.get(gpu, {}).get("power_limit_w")
+        out.append(entry)
+    return out, notes
+
+
+def _training(probe_dir: Path) -> list[dict[str, Any]]:
+    """Per rank: steps, recent step rate and data-wait fraction, and their values over time."""
+    if not probe_dir.is_dir():
+        return []
+    from gpufix.probe.read import iter_records, probe_files
+
+    ranks: dict[str, list[dict[str, Any]]] = {}
+    for path in probe_files(probe_dir):
+        if not path.name.startswith("probe-"):
+            continue
+        rank: Any = None
+        for _number_, record in iter_records(path):
+            kind = record["kind"]
+            if kind == "start":
+                rank = record.get("rank")
+            elif kind == "distributed" and isinstance(record.get("rank"), int):
+                rank = record["rank"]
+            elif kind == "step" and _number(record.get("t")) is not None:
+                ranks.setdefault(str(rank) if isinstance(rank, int) else "0", []).append(record)
+    out = []
+    for rank in sorted(ranks, key=lambda r: int(r) if r.isdigit() else 0):
+        steps = sorted(ranks[rank], key=lambda r: r["t"])
+        last = steps[-1]
+        recent = [r for r in steps if r["t"] >= last["t"] - RECENT_S]
+        rates = [(r["t"], 1.0 / st) for r in steps if (st := _number(r.get("step_time_s"))) and st > 0]
+        fracs = [(r["t"], min(1.0, max(0.0, w / st))) for r in steps
+                 if (st := _number(r.get("step_time_s"))) and st > 0 and (w := _number(r.get("data_wait_s"))) is not None]
+        rate = None
+        first_step, last_step = _number(recent[0].get("step")), _number(last.get("step"))
+        if len(recent) >= 2 and first_step is not None and last_step is not None and last["t"] > recent[0]["t"]:
+            # The steps counted after the first recent record, over the time since it.
+            rate = (last_step - first_step) / (last["t"] - recent[0]["t"])
+        else:  # one record: its own mean step time
+            st = _number(last.get("step_time_s"))
+            rate = 1.0 / st if st else None
+        recent_fracs = [f for t, f in fracs if t >= last["t"] - RECENT_S]
+        out.append({
+            "rank": int(rank) if rank.isdigit() else rank,
+            "steps": int(last_step) if last_step is not None else len(steps),
+            "last_step_t": last["t"],
+            "steps_per_s": round(rate, 3) if rate is not None else None,
+            "step_time_s": _summary([(t, v) for t, v in ((r["t"], _number(r.get("step_time_s"))) for r in steps)
+                                     if v is not None]),
+            "steps_per_s_values": downsample(rates),
+            "data_wait_frac": round(statistics.median(recent_fracs), 4) if recent_fracs else None,
+            "data_wait_values": downsample(fracs),
+            "num_workers": last.get("num_workers"),
+        })
+    return out
+
+
+def _findings(record: Path, result: dict[str, Any], ruleset: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """Codes, titles and messages of what `explain` finds in the record now."""
+    from gpufix.explain import explain
+    from gpufix.rules.loader import load_ruleset
+
+    if not (record / "output.log").is_file():
+        return [], []
+    try:
+        diagnosis = explain([str(record)], ruleset if ruleset is not None else load_ruleset())
+    except InputError:
+        return [], []  # nothing written or measured yet
+    except GpufixError as exc:
+        kept = [f for f in result.get("findings") or [] if isinstance(f, dict)]
+        return ([{k: f.get(k) for k in ("code", "title", "message", "severity", "category")} for f in kept],
+                [f"cannot diagnose the record now ({exc.message}); findings from result.json"])
+    return ([{"code": f.code, "title": f.title, "message": f.message, "severity": f.severity, "category": f.category}
+             for f in diagnosis.findings], [])
+
+
+def status(record_dir: str | Path, ruleset: Any = None, now: float | None = None) -> dict[str, Any]:
+    """Everything `gpufix status` shows about one record, as plain data (see the module doc)."""
+    record = Path(record_dir)
+    if not is_record(record):
+        raise InputError(f"{record} is not a run record (no meta.json)",
+                         hint="pass a folder made by `gpufix run` (it holds meta.json and output.log)")
+    meta = _read_json(record / "meta.json")
+    result = _read_json(record / "result.json")
+    run = _run_info(record, meta, result, time.time() if now is None else now)
+    gpus, notes = _gpus(record / "telemetry.jsonl")
+    findings, finding_notes = _findings(record, result, ruleset)
+    return {"run": run, "training": _training(record / "probe"), "gpus": gpus, "telemetry_notes": notes,
+            "findings": findings, "notes": finding_notes}
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _scale(gpu: dict[str, Any], lo: float | None, hi: float | str | None) -> tuple[float | None, float | None]:
+    if isinstance(hi, str):
+        hi = gpu.get(hi)
+        if hi is None:
+            return None, None
+    return lo, hi
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """The status report as plain text (sparklines from the downsampled values)."""
+    run = doc["run"]
+    state = run["state"]
+    if state == "finished":
+        exit_part = f"exit {run['exit_status']}" if run.get("exit_status") is not None else "exit ?"
+        if run.get("signal"):
+            exit_part += f", {run['signal']}"
+        head = f"finished, {exit_part}, took {_duration(run['elapsed_s'])}"
+    elif state == "interrupted":
+        head = f"interrupted: gpufix stopped recording {_duration(run['elapsed_s'])} after the start"
+    else:
+        head = f"running for {_duration(run['elapsed_s'])}"
+    lines = [f"{run['name']}  ({head})", f"  record   {run['record']}"]
+    if run.get("command"):
+        lines.append(f"  command  {run['command']}")
+    if run.get("start_utc"):
+        lines.append(f"  started  {run['start_utc']}" + (f" on {run['host']}" if run.get("host") else ""))
+
+    lines += ["", "Training (probe)"]
+    if not doc["training"]:
+        lines.append("  no step measured yet (no probe records: --no-probe, no torch, or before the first step)")
+    for rank in doc["training"]:
+        rate = rank["steps_per_s"]
+        wait = rank["data_wait_frac"]
+        lines.append(f"  rank {rank['rank']}  step {rank['steps']}")
+        lines.append(f"    step rate  {_fmt(rate, 2) + ' steps/s':<16}  {sparkline(rank['steps_per_s_values'], lo=0.0)}")
+        if wait is None:
+            lines.append("    data wait  -                 (no DataLoader measured)")
+        else:
+            workers = f", num_workers={rank['num_workers']}" if rank.get("num_workers") is not None else ""
+            lines.append(f"    data wait  {f'{wait * 100:.0f}% of steps':<16}  "
+                         f"{sparkline(rank['data_wait_values'], lo=0.0, hi=1.0)}  (median, recent{workers})")
+
+    lines += ["", "GPUs"]
+    if not doc["gpus"]:
+        notes = doc["telemetry_notes"]
+        lines.append(f"  {notes[0]}" if notes else "  no GPU telemetry")
+    for gpu in doc["gpus"]:
+        lines.append(f"  GPU {gpu['gpu']}")
+        rows = (
+            ("util", "util_pct", lambda s: f"{s['last']:.0f}%", lambda s: f"{s['min']:.0f}-{s['max']:.0f}%"),
+            ("memory", "memory_mib",
+             lambda s: f"{s['last'] / 1024:.1f}" + (f"/{gpu['memory_total_mib'] / 1024:.0f} GiB" if gpu["memory_total_mib"] else " GiB"),
+             lambda s: f"max {s['max'] / 1024:.1f} GiB"),
+            ("temp", "temperature_c", lambda s: f"{s['last']:.0f} °C", lambda s: f"{s['min']:.0f}-{s['max']:.0f} °C"),
+            ("power", "power_w",
+             lambda s: f"{s['last']:.0f}" + (f"/{gpu['power_limit_w']:.0f} W" if gpu["power_limit_w"] else " W"),
+             lambda s: f"{s['min']:.0f}-{s['max']:.0f} W"),
+        )
+        for label, key, now_text, range_text in rows:
+            summary = gpu[key]
+            if summary is None:
+                lines.append(f"    {label:<7} {'-':>14}")
+                continue
+            field = next(f for f, spec in GPU_FIELDS.items() if spec[0] == key)
+            lo, hi = _scale(gpu, GPU_FIELDS[field][1], GPU_FIELDS[field][2])
+            lines.append(f"    {label:<7} {now_text(summary):>14}  {sparkline(summary['values'], lo=lo, hi=hi)}  "
+                         f"({range_text(summary)})")
+
+    lines += ["", "Findings"]
+    if not doc["findings"]:
+        lines.append("  none so far" if state == "running" else "  none")
+    for finding in doc["findings"]:
+        lines.append(f"  {finding['code']}  {finding['title']}")
+        if finding.get("message"):
+            lines.append(f"          {finding['message']}")
+    for note in (doc["telemetry_notes"] if doc["gpus"] else []) + doc["notes"]:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines) + "\n"
