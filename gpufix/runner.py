@@ -77,6 +77,7 @@ def convert_option(key: str, value: str) -> object:
     return value
 
 PROBE_WAIT_ON_FAILURE_S = 5.0
+MONITOR_DELAY_S = 0.25
 
 
 def warn(message: str) -> None:
@@ -248,24 +249,54 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
                                    "record_dir": os.path.abspath(record.path), "ephemeral": record.ephemeral})
             except Exception as exc:  # noqa: BLE001 - the sampler and the probe still start
                 warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")
-        try:
-            if not samplers and monitor is not None and record is not None:
-                from gpufix.watchdog.monitor import make_run_sampler
+        if samplers:
+            _start_sampler(samplers[0], pid)
+        elif monitor is not None and record is not None and (monitor[0] > 0 or monitor[1] > 0):
+            # gpufix's own monitor starts a moment after the job: a job that is over by then
+            # never pays for importing it (telemetry samples once a second anyway).
+            import threading
 
-                samplers.append(make_run_sampler(monitor[0], monitor[1], monitor[2], record.path, warn))
-            if samplers:
-                from gpufix.supervise.hooks import RunningJob
-
-                record_dir = None if record is None else record.path
-                samplers[0].start(RunningJob(pid, pid, started_unix, record_dir))
-        except Exception as exc:  # noqa: BLE001 - a sampler must never hurt the job
-            warn(f"telemetry sampler failed to start: {exc}")
+            monitor_timer.append(threading.Timer(MONITOR_DELAY_S, _start_monitor, (pid,)))
+            monitor_timer[0].daemon = True
+            monitor_timer[0].start()
         probe.append(PackageProbe(None, environ, cwd, argv=command))
         probe[0].start()
 
+    monitor_timer: list = []  # type: ignore[type-arg]
+    monitor_lock: list = []  # type: ignore[type-arg]
+
+    def _start_sampler(one: Sampler, pid: int) -> None:
+        try:
+            from gpufix.supervise.hooks import RunningJob
+
+            one.start(RunningJob(pid, pid, started_unix, None if record is None else record.path))
+        except Exception as exc:  # noqa: BLE001 - a sampler must never hurt the job
+            warn(f"telemetry sampler failed to start: {exc}")
+
+    def _start_monitor(pid: int) -> None:
+        with monitor_lock[0]:
+            if monitor_timer[1:]:  # the job has ended meanwhile
+                return
+            try:
+                from gpufix.watchdog.monitor import make_run_sampler
+
+                assert monitor is not None and record is not None
+                samplers.append(make_run_sampler(monitor[0], monitor[1], monitor[2], record.path, warn))
+            except Exception as exc:  # noqa: BLE001
+                warn(f"telemetry sampler failed to start: {exc}")
+                return
+            _start_sampler(samplers[0], pid)
+
+    import threading
+
+    monitor_lock.append(threading.Lock())
     supervisor = Supervisor(command, sink=record.output.write if record is not None else None,
                             on_started=on_started, warn=warn, env=env)
     result = supervisor.run()
+    with monitor_lock[0]:
+        if monitor_timer:
+            monitor_timer[0].cancel()
+            monitor_timer.append("ended")
     if record is not None and not record.meta:  # the command never started (127/126)
         try:
             from gpufix.record.meta import initial_meta

@@ -46,7 +46,9 @@ def test_success_adds_nothing_and_records_everything(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout, result.stderr) == (0, b"out\n", b"warn\n")
     (record,) = records(tmp_path / "r")
     assert "-my-run-" in record.name
-    assert sorted(os.listdir(record)) == ["meta.json", "output.idx", "output.log", "result.json", "telemetry.jsonl"]
+    files = set(os.listdir(record))
+    required = {"meta.json", "output.idx", "output.log", "result.json"}
+    assert required <= files <= required | {"telemetry.jsonl"}  # a job this short may end before the monitor starts
     meta = json.loads((record / "meta.json").read_text())
     assert meta["command"] == [sys.executable, str(child), "--lr", "3e-4"]
     assert meta["status"] == "finished" and meta["start_utc"] and meta["end_utc"]

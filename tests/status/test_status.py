@@ -155,7 +155,8 @@ def test_json_output(record: Path) -> None:
     assert result.returncode == 0
     doc = json.loads(result.stdout)
     assert doc["run"]["state"] == "finished" and len(doc["gpus"]) == 2
-    assert doc["findings"][0]["code"] == "DAT010"
+    # (the synthetic record pairs GPU telemetry with a CPU-only probe, so ENV033 may come first)
+    assert "DAT010" in [f["code"] for f in doc["findings"]]
 
 
 def test_watch_stops_when_the_run_has_ended(record: Path) -> None:
