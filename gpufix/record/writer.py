@@ -80,6 +80,9 @@ class OutputRecorder:
         self._unflushed_since = 0.0  # monotonic time of the oldest entry not yet in output.idx
         self._dirty = False
         self._next_sync = 0.0
+        # fdatasync runs in its own thread: syncing a burst of output can take the disk a second,
+        # and the writer must keep draining the queue meanwhile (Linux lets write() go on).
+        self._sync_request = threading.Event()
 
     # -- the relay's side ---------------------------------------------------------------------
 
@@ -121,6 +124,19 @@ class OutputRecorder:
             self._next_sync = time.monotonic() + SYNC_INTERVAL_S
             self._thread = threading.Thread(target=self._run, name="gpufix-record-writer", daemon=True)
             self._thread.start()
+            threading.Thread(target=self._sync_loop, name="gpufix-record-sync", daemon=True).start()
+
+    def _sync_loop(self) -> None:
+        while True:
+            self._sync_request.wait()
+            self._sync_request.clear()
+            if not self.enabled:
+                return
+            try:
+                os.fdatasync(self._log_fd)
+                os.fdatasync(self._idx_fd)
+            except OSError:
+                pass  # the next write reports a real problem; syncing is best effort
 
     start_syncer = start  # the name of the synchronous writer's sync thread
 
@@ -177,11 +193,7 @@ class OutputRecorder:
             self._next_sync = now + SYNC_INTERVAL_S
             if self._dirty and self.enabled:
                 self._dirty = False
-                try:
-                    os.fdatasync(self._log_fd)
-                    os.fdatasync(self._idx_fd)
-                except OSError:
-                    pass  # the next write reports a real problem; syncing is best effort
+                self._sync_request.set()
 
     def _append(self, items: list[tuple[str, bytes, float]], size: int) -> None:
         if not self.enabled:
@@ -261,6 +273,8 @@ class OutputRecorder:
                 return  # the thread still uses the files; the process exits soon
         # No final fsync: the page cache already holds everything and a sync here would add
         # milliseconds to every run's tear-down; the periodic sync bounds a machine crash's loss.
+        self.enabled = False
+        self._sync_request.set()  # let the sync thread end before the descriptors are closed
         for fd in (self._log_fd, self._idx_fd):
             try:
                 os.close(fd)
