@@ -1,7 +1,7 @@
 """`gpufix compare`: run records side by side, with each number's ratio to the first record.
 
-Median step time comes from the record's `probe.jsonl` when it has one (`step_time_s` values,
-or `step` + `t` pairs), else from progress lines in output.log (tqdm `it/s` / `s/it`, HF
+Median step time comes from what the record's probe measured (`probe/`, docs/probe.md) when it
+has one, else from progress lines in output.log (tqdm `it/s` / `s/it`, HF
 Trainer `train_steps_per_second`, `step time` / `time/step` logs), else it is unknown. Memory,
 utilisation, temperature and power come from `telemetry.jsonl`; exit status, duration and
 findings from `result.json`.
@@ -9,7 +9,6 @@ findings from `result.json`.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -21,7 +20,6 @@ from gpufix.postmortem.runinfo import read_record
 from gpufix.postmortem.telemetry import read_samples
 from gpufix.record.layout import OUTPUT_LOG, is_record_dir
 
-PROBE_FILE = "probe.jsonl"
 LOG_READ_BYTES = 64 << 20  # progress lines are everywhere; the first 64 MiB are plenty
 _RATES = (
     (re.compile(rb"(\d+(?:\.\d+)?)\s*it/s\b"), "tqdm it/s", True),
@@ -55,28 +53,14 @@ class RecordStats:
 
 
 def _probe_step_time(record: str) -> float | None:
-    try:
-        f = open(os.path.join(record, PROBE_FILE), encoding="utf-8", errors="replace")
-    except OSError:
+    """Median step time the in-process probe measured (record/probe, docs/probe.md)."""
+    probe_dir = os.path.join(record, "probe")
+    if not os.path.isdir(probe_dir):
         return None
-    direct: list[float] = []
-    marks: list[tuple[float, float]] = []
-    with f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(obj, dict):
-                continue
-            if isinstance(obj.get("step_time_s"), (int, float)):
-                direct.append(float(obj["step_time_s"]))
-            elif isinstance(obj.get("step"), (int, float)) and isinstance(obj.get("t"), (int, float)):
-                marks.append((float(obj["step"]), float(obj["t"])))
-    if direct:
-        return statistics.median(direct)
-    deltas = [(t2 - t1) / (s2 - s1) for (s1, t1), (s2, t2) in zip(marks, marks[1:]) if s2 > s1]
-    return statistics.median(deltas) if deltas else None
+    from gpufix.probe.read import read_probe_series
+
+    steps = [s.value for s in read_probe_series(probe_dir).get("probe.step_time_s", [])]
+    return statistics.median(steps) if steps else None
 
 
 def _log_step_time(record: str) -> tuple[float | None, str | None]:
@@ -109,7 +93,7 @@ def record_stats(record: str) -> RecordStats:
                          hint="pass folders written by `gpufix run`, e.g. gpufix compare gpufix-runs/*")
     info = read_record(record)
     result = info.get("result") or {}
-    step, basis = _probe_step_time(record), "probe.jsonl"
+    step, basis = _probe_step_time(record), "probe"
     if step is None:
         step, basis = _log_step_time(record)
     samples = read_samples(record)

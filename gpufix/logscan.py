@@ -170,21 +170,7 @@ class LogScanner:
         self._scan_exceptions(block, evidence)
 
     def _scan_exceptions(self, block: _Block, evidence: Evidence) -> None:
-        data = block.data
-        chained = False
-        for match in _EXCEPTION.finditer(data):
-            if match.group(b"chain"):
-                chained = True
-                continue
-            evidence.exception_count += 1
-            if len(evidence.exceptions) >= MAX_EXCEPTIONS_KEPT:
-                continue
-            message = (match.group(b"message") or b"").strip().decode("utf-8", "replace")
-            message = "\n".join([message, *self._continuation(data, match.end())]).strip()
-            cause = len(evidence.exceptions) - 1 if chained and evidence.exceptions else None
-            chained = False
-            type_name = match.group(b"type").decode("ascii", "replace")
-            evidence.exceptions.append(ExceptionRecord(type_name, message, block.line_ref(match.start()), cause))
+        scan_exceptions(block, evidence)
 
     @staticmethod
     def _continuation(data: bytes, pos: int) -> Iterable[str]:
@@ -200,3 +186,27 @@ class LogScanner:
                 return
             yield body.strip()[:2000].decode("utf-8", "replace")
             pos = end
+
+
+def scan_exceptions(block: _Block, into: Any, cause_before: int | None = None) -> None:
+    """Add a block's exceptions to `into` (anything with `exceptions` and `exception_count`).
+
+    A "During handling of the above exception" marker makes the next exception's cause the one
+    before it; when there is none yet in `into`, `cause_before` (the fast scanner marks a chain
+    that reaches back into an earlier range of the file this way).
+    """
+    data = block.data
+    chained = False
+    for match in _EXCEPTION.finditer(data):
+        if match.group(b"chain"):
+            chained = True
+            continue
+        into.exception_count += 1
+        if len(into.exceptions) >= MAX_EXCEPTIONS_KEPT:
+            continue
+        message = (match.group(b"message") or b"").strip().decode("utf-8", "replace")
+        message = "\n".join([message, *LogScanner._continuation(data, match.end())]).strip()
+        cause = (len(into.exceptions) - 1 if into.exceptions else cause_before) if chained else None
+        chained = False
+        type_name = match.group(b"type").decode("ascii", "replace")
+        into.exceptions.append(ExceptionRecord(type_name, message, block.line_ref(match.start()), cause))

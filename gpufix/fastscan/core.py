@@ -44,6 +44,7 @@ from gpufix.logscan import (
     MAX_HITS_KEPT,
     LogScanner,
     _Block,
+    scan_exceptions,
 )
 from gpufix.regex import PatternSet, _flags, decode_groups
 
@@ -186,22 +187,8 @@ class FastScanner:
 
     @staticmethod
     def _exceptions(block: _Block, part: Partial) -> None:
-        """`LogScanner._scan_exceptions`, with a chain to before the range left as `_PREV`."""
-        data = block.data
-        chained = False
-        for match in _EXCEPTION.finditer(data):
-            if match.group(b"chain"):
-                chained = True
-                continue
-            part.exception_count += 1
-            if len(part.exceptions) >= MAX_EXCEPTIONS_KEPT:
-                continue
-            message = (match.group(b"message") or b"").strip().decode("utf-8", "replace")
-            message = "\n".join([message, *LogScanner._continuation(data, match.end())]).strip()
-            cause = (len(part.exceptions) - 1 if part.exceptions else _PREV) if chained else None
-            chained = False
-            type_name = match.group(b"type").decode("ascii", "replace")
-            part.exceptions.append(ExceptionRecord(type_name, message, block.line_ref(match.start()), cause))
+        """LogScanner's exception scan, with a chain to before the range left as `_PREV`."""
+        scan_exceptions(block, part, cause_before=_PREV)
 
 
 _SCANNERS: dict[tuple[tuple[str, bool], ...], FastScanner] = {}

@@ -8,7 +8,6 @@ as in older or replayed files) is placed after the record's start.
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,24 +21,16 @@ _UNIX_FLOOR = 1e9  # 2001: anything smaller is relative to the job's start
 
 def read_samples(record_dir: str, started: datetime | None = None) -> list[dict[str, Any]]:
     """The GPU samples of a record's telemetry.jsonl in file order; [] when there is none."""
+    from gpufix.telemetry.replay import iter_lines
+
     path = os.path.join(record_dir, TELEMETRY_FILE)
-    samples: list[dict[str, Any]] = []
+    if not os.path.isfile(path):
+        return []
     try:
-        f = open(path, encoding="utf-8", errors="replace")
+        return [obj for _line, _t, obj in iter_lines(path)
+                if isinstance(obj.get("gpu"), int) and "event" not in obj and "processes" not in obj]
     except OSError:
-        return samples
-    with f:
-        for line in f:
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(obj, dict) or "gpu" not in obj or "event" in obj or "processes" in obj:
-                continue
-            if not isinstance(obj.get("t"), (int, float)) or not isinstance(obj.get("gpu"), int):
-                continue
-            samples.append(obj)
-    return samples
+        return []
 
 
 def sample_time(sample: dict[str, Any], started: datetime | None) -> datetime | None:

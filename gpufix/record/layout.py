@@ -12,6 +12,7 @@ import time
 TYPE_CHECKING = False  # `gpufix run` imports this module before the job starts: keep it light
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Any
 
 DEFAULT_PARENT = "gpufix-runs"
 RECORD_DIR_ENV = "GPUFIX_RECORD_DIR"
@@ -111,7 +112,7 @@ def read_json(path: str) -> dict[str, object]:
         return json.load(f)
 
 
-def iter_chunks(record: str) -> Iterator[Chunk]:
+def iter_chunks(record: str) -> Iterator[Any]:  # of Chunk (made on first use)
     """The index entries in order; a torn last line (gpufix killed mid-write) is skipped."""
     import json
 

@@ -191,7 +191,7 @@ def _environment_diff_html(summary: dict[str, Any], anchors: _Anchors) -> str:
     if not good or not bad or "environment_diff" not in summary:
         return ""
     rows = [row for row in _list(summary.get("environment_diff")) if isinstance(row, dict)]
-    out = [f"<h3>Environment: last good vs first failed run</h3>"]
+    out = ["<h3>Environment: last good vs first failed run</h3>"]
     if not rows:
         out.append(f'<p class="none">No difference found between {anchors.link(good)} and {anchors.link(bad)} '
                    "in what the records and logs tell (driver, CUDA, torch, NCCL, GPU, host).</p>")
