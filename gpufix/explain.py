@@ -101,6 +101,15 @@ def _record_output(path: str) -> str:
     return path
 
 
+def _stack_dumps(record_dir: str) -> list[str]:
+    folder = os.path.join(record_dir, "stacks")
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names]
+
+
 def add_record_measurements(evidence: Evidence, record_dir: str) -> None:
     """A record's measurements for rules: telemetry.jsonl, the output rate (output.idx) and the
     probe's series, facts and structured exceptions (docs/probe.md)."""
@@ -212,6 +221,10 @@ def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -
             with _open(log) as stream:
                 evidence.merge(_scan(scanner, stream, log))
             if log != path:
+                # A record's stack dumps (a hang) are text for the same rules (rules/hangs).
+                for dump in _stack_dumps(path):
+                    with _open(dump) as stream:
+                        evidence.merge(_scan(scanner, stream, dump))
                 add_record_measurements(evidence, path)
     if evidence.bytes_read == 0 and not evidence.series:
         raise InputError(
