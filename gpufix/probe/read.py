@@ -68,6 +68,20 @@ def _group(start: dict[str, Any], override: int | None) -> str:
     return str(rank) if isinstance(rank, int) else "0"
 
 
+def _ranked_records(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """(line number, record, rank group) of one probe file, the rank known so far from its
+    `start` and `distributed` records."""
+    start: dict[str, Any] = {}
+    rank: int | None = None
+    for number, record in iter_records(path):
+        kind = record["kind"]
+        if kind == "start":
+            start = record
+        elif kind == "distributed" and isinstance(record.get("rank"), int):
+            rank = record["rank"]
+        yield number, record, _group(start, rank)
+
+
 def read_probe_series(probe_dir: str | Path) -> dict[str, list[Sample]]:
     """The `probe.*` series, one sample per step record, grouped by rank ("0" when unknown)."""
     series: dict[str, list[Sample]] = {}
@@ -75,19 +89,9 @@ def read_probe_series(probe_dir: str | Path) -> dict[str, list[Sample]]:
         if not path.name.startswith("probe-"):
             continue
         source = str(path)
-        start: dict[str, Any] = {}
-        rank: int | None = None
-        for number, record in iter_records(path):
-            kind = record["kind"]
-            if kind == "start":
-                start = record
+        for number, record, group in _ranked_records(path):
+            if record["kind"] != "step" or not isinstance(record.get("t"), (int, float)):
                 continue
-            if kind == "distributed" and isinstance(record.get("rank"), int):
-                rank = record["rank"]
-                continue
-            if kind != "step" or not isinstance(record.get("t"), (int, float)):
-                continue
-            group = _group(start, rank)
             t = float(record["t"])
             for field, name in _STEP_SERIES_KNOWN.items():
                 value = record.get(field)
@@ -110,16 +114,8 @@ def read_probe_exceptions(probe_dir: str | Path) -> list[ExceptionRecord]:
     worker_index: dict[tuple[str, int], int] = {}  # (type, worker id) -> index of the worker's exception
     for path in probe_files(probe_dir):
         source = str(path)
-        start: dict[str, Any] = {}
-        rank: int | None = None
-        for number, record in iter_records(path):
-            kind = record["kind"]
-            if kind == "start":
-                start = record
-            elif kind == "distributed" and isinstance(record.get("rank"), int):
-                rank = record["rank"]
-            elif kind == "exception":
-                group = _group(start, rank)
+        for number, record, group in _ranked_records(path):
+            if record["kind"] == "exception":
                 offset = len(out)
                 for item in record.get("exceptions") or []:
                     if not isinstance(item, dict):

@@ -8,21 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DEADLOCK = """\
-import threading, time
-a, b = threading.Lock(), threading.Lock()
-def one():
-    with a:
-        time.sleep(0.2)
-        with b: pass
-def two():
-    with b:
-        time.sleep(0.2)
-        with a: pass
-print("starting", flush=True)
-t1 = threading.Thread(target=one); t2 = threading.Thread(target=two); t1.start(); t2.start(); t1.join()
-"""
-
+from tests.watchdog.helpers import DEADLOCK
 
 def test_deadlock_is_dumped_diagnosed_and_killed(tmp_path: Path) -> None:
     script = tmp_path / "deadlock.py"
@@ -33,7 +19,7 @@ def test_deadlock_is_dumped_diagnosed_and_killed(tmp_path: Path) -> None:
         capture_output=True, timeout=120,
     )
     assert result.returncode == 143  # SIGTERM from --on-hang kill, as a shell reports it
-    assert result.stdout == b"starting\n"
+    assert result.stdout == b"step 1 loss 2.31\n"
     err = result.stderr.decode()
     assert "gpufix: the job looks hung" in err
     assert "Root cause: A thread is blocked acquiring a lock" in err and "HNG004" in err
