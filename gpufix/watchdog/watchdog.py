@@ -159,10 +159,10 @@ class HangWatchdog:
         findings = diagnose_dumps([d.path for d in dumps])
         killed = self.on_hang == "kill" and bool(dumps)
         report = HangReport(time.time(), idle_s, tuple(d.path for d in dumps), tuple(findings), killed)
-        self.hangs.append(report)
         self._save(report)
         telemetry = "its GPUs idle" if self._sampler is not None and self._sampler.gpu_ok else "no GPU telemetry"
         self._report(render_hang(report, f"no output, {telemetry}"))
+        self.hangs.append(report)  # last: whoever sees it finds the dump saved and reported
         if killed:
             self._kill()
         return report

@@ -31,7 +31,8 @@ def test_deadlocked_job_gets_stacks_and_a_diagnosis_and_keeps_running(tmp_path: 
     monitor = _monitor(record, 1.0, "wait", messages=messages)
     try:
         monitor.start(AttachedJob(proc.pid, proc.pid, time.time(), str(record)))
-        assert wait_for(lambda: monitor.hangs, 10)
+        # the hang is recorded first, then reported: wait for both (a loaded machine is slow)
+        assert wait_for(lambda: monitor.hangs and messages, 10)
         hang = monitor.hangs[0]
         dump = Path(hang.dumps[0])
         assert dump.parent == record / "stacks" and dump.name.endswith(f"-{proc.pid}.txt")
