@@ -256,14 +256,18 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
             # never pays for importing it (telemetry samples once a second anyway).
             import threading
 
-            monitor_timer.append(threading.Timer(MONITOR_DELAY_S, _start_monitor, (pid,)))
-            monitor_timer[0].daemon = True
-            monitor_timer[0].start()
+            timer = threading.Timer(MONITOR_DELAY_S, _start_monitor, (pid,))
+            timer.daemon = True
+            delayed["timer"] = timer
+            timer.start()
         probe.append(PackageProbe(None, environ, cwd, argv=command))
         probe[0].start()
 
-    monitor_timer: list = []  # type: ignore[type-arg]
-    monitor_lock: list = []  # type: ignore[type-arg]
+    import threading
+
+    # The delayed monitor's timer, and whether the job has already ended (then it never starts).
+    monitor_lock = threading.Lock()
+    delayed: dict[str, object] = {"timer": None, "ended": False}
 
     def _start_sampler(one: Sampler, pid: int) -> None:
         try:
@@ -274,8 +278,8 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
             warn(f"telemetry sampler failed to start: {exc}")
 
     def _start_monitor(pid: int) -> None:
-        with monitor_lock[0]:
-            if monitor_timer[1:]:  # the job has ended meanwhile
+        with monitor_lock:
+            if delayed["ended"]:
                 return
             try:
                 from gpufix.watchdog.monitor import make_run_sampler
@@ -287,16 +291,13 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
                 return
             _start_sampler(samplers[0], pid)
 
-    import threading
-
-    monitor_lock.append(threading.Lock())
     supervisor = Supervisor(command, sink=record.output.write if record is not None else None,
                             on_started=on_started, warn=warn, env=env)
     result = supervisor.run()
-    with monitor_lock[0]:
-        if monitor_timer:
-            monitor_timer[0].cancel()
-            monitor_timer.append("ended")
+    with monitor_lock:
+        delayed["ended"] = True
+        if delayed["timer"] is not None:
+            delayed["timer"].cancel()  # type: ignore[attr-defined]
     if record is not None and not record.meta:  # the command never started (127/126)
         try:
             from gpufix.record.meta import initial_meta

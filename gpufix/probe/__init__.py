@@ -24,16 +24,11 @@ ENV_MEMORY_HISTORY = "GPUFIX_MEMORY_HISTORY"
 def probe_environment(env: Mapping[str, str], probe_dir: str | os.PathLike[str],
                       memory_history: bool = False) -> dict[str, str]:
     """The job's environment with the probe turned on: INJECT_DIR first on PYTHONPATH (what was
-    there stays, after it), GPUFIX_PROBE_DIR set, GPUFIX_MEMORY_HISTORY=1 when asked
-    (a value the user set is left as it is)."""
-    out = dict(env)
-    previous = out.get("PYTHONPATH")
-    # an empty entry means the current directory: the user's entries are kept exactly
-    out["PYTHONPATH"] = INJECT_DIR + (os.pathsep + previous if previous else "")
-    out.setdefault(ENV_PROBE_DIR, os.fspath(probe_dir))
-    if memory_history:
-        out.setdefault(ENV_MEMORY_HISTORY, "1")
-    return out
+    there stays, after it), GPUFIX_PROBE_DIR and, when asked, GPUFIX_MEMORY_HISTORY=1 set unless
+    the user set them. Text form of `probe_environb`."""
+    encoded = {os.fsencode(k): os.fsencode(v) for k, v in env.items()}
+    out = probe_environb(encoded, os.fspath(probe_dir), memory_history)
+    return {os.fsdecode(k): os.fsdecode(v) for k, v in out.items()}
 
 
 def probe_environb(env: dict[bytes, bytes], probe_dir: str, memory_history: bool = False) -> dict[bytes, bytes]:
