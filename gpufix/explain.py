@@ -9,7 +9,7 @@ from typing import BinaryIO
 
 from gpufix.engine import diagnose
 from gpufix.errors import InputError
-from gpufix.evidence import Evidence, ExceptionRecord
+from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
 from gpufix.findings import Finding
 from gpufix.logscan import LogScanner
 from gpufix.rules.model import RuleSet
@@ -110,22 +110,51 @@ def _stack_dumps(record_dir: str) -> list[str]:
     return [os.path.join(folder, n) for n in names]
 
 
-def add_record_measurements(evidence: Evidence, record_dir: str) -> None:
-    """A record's measurements for rules: telemetry.jsonl, the output rate (output.idx) and the
-    probe's series, facts and structured exceptions (docs/probe.md)."""
+def add_record_evidence(evidence: Evidence, record_dir: str, scanner: LogScanner) -> None:
+    """Everything of a record beyond its output.log: stack dumps (a hang: text for the same
+    rules, rules/hangs) and the measurements (`add_record_measurements`)."""
+    for dump in _stack_dumps(record_dir):
+        try:
+            with _open(dump) as stream:
+                evidence.merge(_scan(scanner, stream, dump))
+        except InputError as exc:  # one unreadable dump must not hide the rest of the record
+            evidence.notes.append(f"{exc} (skipped)")
+    add_record_measurements(evidence, record_dir, scanner)
+
+
+def add_record_measurements(evidence: Evidence, record_dir: str, scanner: LogScanner) -> None:
+    """A record's measurements for rules: telemetry.jsonl (series of the job's GPUs, Xid events
+    as kernel-style lines), the output rate (output.idx) and the probe's series, facts and
+    structured exceptions (docs/probe.md)."""
     telemetry = os.path.join(record_dir, "telemetry.jsonl")
     probe_dir = os.path.join(record_dir, "probe")
     _add_meta_facts(evidence, os.path.join(record_dir, "meta.json"))
     try:
         if os.path.isfile(telemetry):
-            from gpufix.telemetry.series import telemetry_series
+            from gpufix.telemetry.series import telemetry_evidence
 
-            _add_series(evidence, telemetry_series(telemetry))
+            measured = telemetry_evidence(telemetry)
+            _add_series(evidence, measured.series)
+            if measured.xid_lines:
+                evidence.merge(_scan_at_lines(scanner, measured.xid_lines, telemetry))
         _add_series(evidence, _output_rate(record_dir))
         if os.path.isdir(probe_dir):
             _add_probe(evidence, probe_dir)
     except OSError as exc:
         evidence.notes.append(f"{record_dir}: cannot read its measurements ({exc.strerror or exc})")
+
+
+def _scan_at_lines(scanner: LogScanner, lines: list[tuple[int, str]], source: str) -> Evidence:
+    """Scan made-up lines as if they stood at the given line numbers of `source` (quoted there)."""
+    found = scanner.scan_bytes("\n".join(text for _n, text in lines).encode() + b"\n", source)
+    where = [n for n, _text in lines]
+
+    def moved(ref: LineRef) -> LineRef:
+        return ref._replace(line=where[ref.line - 1]) if 0 < ref.line <= len(where) else ref
+
+    found.hits = {index: [Hit(tuple(moved(r) for r in hit.lines), hit.groups) for hit in hits]
+                  for index, hits in found.hits.items()}
+    return found
 
 
 def _add_meta_facts(evidence: Evidence, meta_path: str) -> None:
@@ -221,11 +250,7 @@ def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -
             with _open(log) as stream:
                 evidence.merge(_scan(scanner, stream, log))
             if log != path:
-                # A record's stack dumps (a hang) are text for the same rules (rules/hangs).
-                for dump in _stack_dumps(path):
-                    with _open(dump) as stream:
-                        evidence.merge(_scan(scanner, stream, dump))
-                add_record_measurements(evidence, path)
+                add_record_evidence(evidence, path, scanner)
     if evidence.bytes_read == 0 and not evidence.series:
         raise InputError(
             "the input is empty: nothing to explain",

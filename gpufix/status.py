@@ -236,8 +236,15 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
     per_gpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
     last_of: dict[str, dict[str, float]] = {}
     notes: list[str] = []
+    job: set[str] = set()  # GPUs the job's processes were seen on (empty: unknown)
+    names: dict[str, str] = {}
     for _line, t, obj in iter_lines(str(telemetry)):
-        if "gpu" in obj and "event" not in obj and "processes" not in obj:
+        if "processes" in obj:
+            job.update(str(p.get("gpu")) for p in obj["processes"] if isinstance(p, dict))
+            job.update(str(g) for g in obj.get("device_files") or ())
+        elif isinstance(obj.get("gpus"), list):
+            names.update((str(g.get("gpu")), str(g["name"])) for g in obj["gpus"] if isinstance(g, dict) and g.get("name"))
+        elif "gpu" in obj and "event" not in obj:
             gpu = str(obj["gpu"])
             fields = per_gpu.setdefault(gpu, {})
             for field in (*GPU_FIELDS, "memory_total_mib", "power_limit_w"):
@@ -250,7 +257,8 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
     out = []
     for gpu in sorted(per_gpu, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g)):
         fields = per_gpu[gpu]
-        entry: dict[str, Any] = {"gpu": int(gpu) if gpu.isdigit() else gpu}
+        entry: dict[str, Any] = {"gpu": int(gpu) if gpu.isdigit() else gpu, "name": names.get(gpu),
+                                 "job": (gpu in job) if job else None}
         for field, (key, _lo, _hi) in GPU_FIELDS.items():
             entry[key] = _summary(sorted(fields.get(field, [])))
         entry["memory_total_mib"] = last_of.get(gpu, {}).get("memory_total_mib")
@@ -410,7 +418,8 @@ def render_text(doc: dict[str, Any]) -> str:
         notes = doc["telemetry_notes"]
         lines.append(f"  {notes[0]}" if notes else "  no GPU telemetry")
     for gpu in doc["gpus"]:
-        lines.append(f"  GPU {gpu['gpu']}")
+        whose = {True: "", False: "  (not this job's)", None: ""}[gpu.get("job")]
+        lines.append(f"  GPU {gpu['gpu']}" + (f"  {gpu['name']}" if gpu.get("name") else "") + whose)
         rows = (
             ("util", "util_pct", lambda s: f"{s['last']:.0f}%", lambda s: f"{s['min']:.0f}-{s['max']:.0f}%"),
             ("memory", "memory_mib",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpufix.telemetry.series import telemetry_series
+from gpufix.telemetry.series import telemetry_evidence, telemetry_series
 
 from tests.conftest import run_gpufix
 
@@ -88,3 +88,57 @@ def test_expandable_segments_is_not_suggested_when_the_job_already_had_it(tmp_pa
     assert doc["findings"][0]["code"] == "MEM001"
     assert not any("expandable_segments" in (f["snippet"] or "") for f in doc["findings"][0]["fixes"])
     assert doc["findings"][0]["fields"]["pytorch_cuda_alloc_conf"] == "expandable_segments:True"
+
+
+def _identities(*gpus: int) -> dict:
+    return {"t": 999.0, "gpus": [{"gpu": g, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{g}",
+                                  "pci_bus_id": f"00000000:{0x18 + g:02X}:00.0", "minor": g} for g in gpus]}
+
+
+def test_only_the_jobs_gpus_are_judged_on_a_shared_node(tmp_path: Path) -> None:
+    # GPU 1 throttles all run long, but it is another user's: the job's processes are on GPU 0.
+    lines = [gpu(1000.0 + i, g, throttle_reasons=["hw_thermal_slowdown"] if g == 1 else []) for i in range(200) for g in (0, 1)]
+    shared = write_record(tmp_path, lines)
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(shared)).stdout)
+    assert [f["code"] for f in doc["findings"]] == ["PRF001"]  # nothing says whose GPU 1 is: judged
+    mine_dir = tmp_path / "mine"
+    mine_dir.mkdir()
+    mine = write_record(mine_dir, [_identities(0, 1), {"t": 1000.5, "processes": [{"gpu": 0, "pid": 4242, "used_mib": 9000}],
+                                                        "other_processes": 1}] + lines)
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(mine)).stdout)
+    assert doc["findings"] == [], doc["findings"]
+
+
+def test_device_files_name_the_jobs_gpus_when_pids_do_not(tmp_path: Path) -> None:
+    # In a container the driver lists host PIDs: the sampler found the job through /dev/nvidia1.
+    lines = [gpu(1000.0 + i, g, throttle_reasons=["hw_thermal_slowdown"] if g == 0 else []) for i in range(200) for g in (0, 1)]
+    record = write_record(tmp_path, [{"t": 1000.5, "processes": [], "other_processes": 2, "device_files": [1]}] + lines)
+    evidence = telemetry_evidence(str(record / "telemetry.jsonl"))
+    assert evidence.job_gpus == frozenset({1})
+    assert {s.group for s in evidence.series["gpu.util_gpu_pct"]} == {"1"}
+    assert evidence.series["host.cpu_pct"]  # the job's own host lines stay
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(record)).stdout)
+    assert doc["findings"] == [], doc["findings"]
+
+
+def test_an_nvml_xid_event_is_diagnosed_like_the_kernel_log_line(tmp_path: Path) -> None:
+    lines = [_identities(0, 1), {"t": 1000.5, "processes": [{"gpu": 1, "pid": 4242, "used_mib": 9000}], "other_processes": 0}]
+    lines += [gpu(1000.0 + i, g) for i in range(20) for g in (0, 1)]
+    lines += [{"t": 1020.5, "event": "xid", "gpu": 1, "xid": 79}, {"t": 1020.6, "event": "xid", "gpu": 0, "xid": 13}]
+    output = b"RuntimeError: CUDA error: unspecified launch failure\n"
+    record = write_record(tmp_path, lines, output=output)
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(record)).stdout)
+    codes = [f["code"] for f in doc["findings"]]
+    assert "HW001" in codes and "HW006" not in codes, codes  # Xid 13 was on GPU 0, not the job's
+    hw = doc["findings"][codes.index("HW001")]
+    assert hw["fields"]["xid"] == "79" and hw["fields"]["pci"] == "00000000:19:00.0"
+    assert "fallen off the bus" in hw["message"]
+    quote = hw["evidence"][0]
+    assert quote["source"].endswith("telemetry.jsonl") and quote["line"] == 43  # the event's own line
+    assert json.loads((record / "telemetry.jsonl").read_text().splitlines()[42])["xid"] == 79
+
+
+def test_an_xid_without_a_known_pci_address_is_not_made_up(tmp_path: Path) -> None:
+    lines = [gpu(1000.0 + i, 0) for i in range(5)] + [{"t": 1005.0, "event": "xid", "gpu": 0, "xid": 79}]
+    record = write_record(tmp_path, lines)
+    assert telemetry_evidence(str(record / "telemetry.jsonl")).xid_lines == []

@@ -7,6 +7,7 @@ rank that ran out of memory, not the ranks whose collectives then timed out, and
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from gpufix.postmortem.runinfo import environment, line_context, read_record, re
 from gpufix.postmortem.scan import with_rank
 from gpufix.postmortem.telemetry import read_samples, summarise
 from gpufix.postmortem.times import file_mtime, iso, parse_iso, parse_line_time
+from gpufix.record.layout import OUTPUT_LOG
 from gpufix.rules.model import RuleSet
 
 FAILING_SEVERITIES = ("error", "critical")
@@ -99,7 +101,15 @@ def merged_evidence(files: list[FileResult]) -> Evidence:
 def analyze_run(group: RunGroup, files: list[FileResult], ruleset: RuleSet, window_s: float = 300.0) -> RunReport:
     """Diagnose one run's files together and work out its status, culprit and timing."""
     notes = [f"{f.path}: binary data (a flight-recorder dump?) not scanned" for f in files if f.facts.get("binary")]
-    findings = diagnose(merged_evidence(files), ruleset)
+    evidence = merged_evidence(files)
+    if group.record_dir:
+        # What `gpufix run` diagnosed the record from: its stack dumps and measurements too.
+        from gpufix.explain import add_record_evidence
+        from gpufix.logscan import LogScanner
+
+        add_record_evidence(evidence, group.record_dir, LogScanner.for_rules(ruleset))
+        notes += evidence.notes
+    findings = diagnose(evidence, ruleset)
     record = read_record(group.record_dir) if group.record_dir else {}
     status, exit_status = _status(group, files, findings, record)
     started, ended = time_range(files, record)
@@ -197,7 +207,8 @@ def _failed_at(root: Finding, files: list[FileResult], group: RunGroup, record: 
     year = started.year if started else (mtime.year if mtime else None)
     record_moment = None
     offset, before, after = line_context(ref.source, ref.line)
-    if group.record_dir and offset is not None:
+    if group.record_dir and offset is not None and os.path.realpath(ref.source) == os.path.realpath(
+            os.path.join(group.record_dir, OUTPUT_LOG)):  # the index maps output.log offsets only
         record_moment = record_time_at(group.record_dir, offset, record)
     moment, basis = parse_line_time(ref.text, year), "log timestamp"
     for line in ([] if moment else reversed(before)):

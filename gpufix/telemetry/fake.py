@@ -39,17 +39,19 @@ class FakeInventorySource:
 
 class FakeTelemetrySource:
     """A scripted `TelemetrySource` for tests: `ticks[i]` is the list of per-GPU field dicts of
-    the i-th sample (the last repeats); `xids` maps a tick number to Xid codes on GPU 0."""
+    the i-th sample (the last repeats); `xids` maps a tick number to Xid codes on GPU 0; `minors`
+    maps a device minor number to a GPU index (default: the same number)."""
 
     def __init__(self, ticks: list[list[dict[str, Any]]] | None = None, open_note: str | None = None,
                  processes: list[tuple[int, int, int | None]] | None = None,
-                 xids: dict[int, list[int]] | None = None) -> None:
+                 xids: dict[int, list[int]] | None = None, minors: dict[int, int] | None = None) -> None:
         from gpufix.telemetry.inventory import GpuProcessUse
 
         self.ticks = ticks if ticks is not None else [[{"gpu": 0, "util_gpu_pct": 0}]]
         self.open_note = open_note
         self.users = [GpuProcessUse(g, p, m) for g, p, m in (processes or [])]
         self.xids = dict(xids or {})
+        self.minors = dict(minors or {})
         self.calls = 0
         self.closed = False
 
@@ -73,6 +75,14 @@ class FakeTelemetrySource:
 
     def processes(self) -> list[Any]:
         return list(self.users)
+
+    def identities(self) -> list[Any]:
+        from gpufix.telemetry.inventory import GpuIdentity
+
+        gpus = sorted({fields["gpu"] for tick in self.ticks for fields in tick})
+        by_gpu = {gpu: minor for minor, gpu in self.minors.items()}
+        return [GpuIdentity(gpu, "Fake GPU", f"GPU-fake-{gpu}", f"00000000:{0x10 + gpu:02X}:00.0", by_gpu.get(gpu, gpu))
+                for gpu in gpus]
 
     def problems(self) -> list[str]:
         return []

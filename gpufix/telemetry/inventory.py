@@ -254,6 +254,25 @@ class GpuProcessUse:
         return {"gpu": self.gpu, "pid": self.pid, "used_mib": self.used_mib}
 
 
+@dataclass(frozen=True)
+class GpuIdentity:
+    """One GPU's names: NVML index, model, UUID, PCI bus id (as in kernel Xid lines), device minor."""
+
+    gpu: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    minor: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuIdentity:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @runtime_checkable
 class TelemetrySource(Protocol):
     """What the sampler reads from: real NVML, a recorded file played back, or a fake.
@@ -276,6 +295,12 @@ class TelemetrySource(Protocol):
 
     def processes(self) -> list[GpuProcessUse]:
         """Every process holding GPU memory, on every GPU (a dear call: every few seconds)."""
+        ...
+
+    def identities(self) -> list[GpuIdentity]:
+        """Who each GPU is (after `open()`): the record's `gpus` line, the PCI address that Xid
+        events are reported under, and the device minor that finds the job's GPUs from its open
+        /dev/nvidiaN files where process IDs cannot (a container's PID namespace)."""
         ...
 
     def problems(self) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from gpufix.telemetry.inventory import (
     GpuInfo,
+    GpuIdentity,
     GpuInventory,
     GpuProcess,
     GpuProcessUse,
@@ -365,6 +366,20 @@ class NvmlTelemetrySource:
                     if pid not in seen:
                         seen.add(pid)
                         out.append(GpuProcessUse(index, pid, int(used) // _MIB if used is not None else None))
+        return out
+
+    def identities(self) -> list[GpuIdentity]:
+        q = self._q
+        if q is None:
+            return []
+        out = []
+        for index, h in self._handles:
+            at = f"GPU{index}"
+            pci = q.call(at, "nvmlDeviceGetPciInfo", h)
+            out.append(GpuIdentity(
+                gpu=index, name=_text(q.call(at, "nvmlDeviceGetName", h)), uuid=_text(q.call(at, "nvmlDeviceGetUUID", h)),
+                pci_bus_id=_text(getattr(pci, "busId", None)) if pci is not None else None,
+                minor=_int(q.call(at, "nvmlDeviceGetMinorNumber", h))))
         return out
 
     def problems(self) -> list[str]:

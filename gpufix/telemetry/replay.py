@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any
 
-from gpufix.telemetry.inventory import GpuProcessUse, GpuSample, XidEvent
+from gpufix.telemetry.inventory import GpuIdentity, GpuProcessUse, GpuSample, XidEvent
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Telemetry:
     host: tuple[tuple[float, dict[str, Any]], ...] = ()
     notes: tuple[str, ...] = ()
     unsupported: tuple[str, ...] = field(default=())
+    identities: tuple[GpuIdentity, ...] = ()
 
     def gpus(self) -> list[int]:
         return sorted({s.gpu for s in self.samples})
@@ -48,10 +49,12 @@ def iter_lines(path: str) -> Iterator[tuple[int, float, dict[str, Any]]]:
 
 def read_telemetry(path: str) -> Telemetry:
     """Parse a `telemetry.jsonl`; unreadable or torn lines (a killed writer) are skipped."""
-    samples, xids, procs, host, notes, unsupported = [], [], [], [], [], []
+    samples, xids, procs, host, notes, unsupported, identities = [], [], [], [], [], [], []
     for _number, t, obj in iter_lines(path):
         try:
-            if obj.get("event") == "xid":
+            if isinstance(obj.get("gpus"), list):
+                identities = [GpuIdentity.from_dict(g) for g in obj["gpus"]]
+            elif obj.get("event") == "xid":
                 xids.append(XidEvent(t, obj.get("gpu"), int(obj["xid"])))
             elif "processes" in obj:
                 procs.append((t, tuple(GpuProcessUse(int(p["gpu"]), int(p["pid"]), p.get("used_mib"))
@@ -66,7 +69,8 @@ def read_telemetry(path: str) -> Telemetry:
                 samples.append(GpuSample.from_dict(obj))
         except (ValueError, KeyError, TypeError):
             continue
-    return Telemetry(tuple(samples), tuple(xids), tuple(procs), tuple(host), tuple(notes), tuple(unsupported))
+    return Telemetry(tuple(samples), tuple(xids), tuple(procs), tuple(host), tuple(notes), tuple(unsupported),
+                     tuple(identities))
 
 
 class ReplayTelemetrySource:
@@ -118,6 +122,9 @@ class ReplayTelemetrySource:
     def processes(self) -> list[GpuProcessUse]:
         seen = [users for t, users in self._data.processes if t <= self._t]
         return list(seen[-1]) if seen else []
+
+    def identities(self) -> list[GpuIdentity]:
+        return list(self._data.identities)
 
     def problems(self) -> list[str]:
         return list(self._data.unsupported)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufix.telemetry.inventory import GpuSample, TelemetrySource, XidEvent
-from gpufix.watchdog.proctree import ProcInfo, TreeUsage, all_procs, job_tree, read_proc
+from gpufix.watchdog.proctree import ProcInfo, TreeUsage, all_procs, gpu_device_minors, job_tree, read_proc
 
 TELEMETRY_FILE = "telemetry.jsonl"
 MIN_INTERVAL_S = 0.1
@@ -69,7 +69,8 @@ class TelemetrySampler:
     """Samples `source` every `interval_s` from a daemon thread; see the module docstring.
 
     Readable from other threads (the hang watchdog): `latest` (GPU index -> last sample),
-    `job_gpus` (GPUs where the job's tree holds memory; None while unknown), `gpu_ok`,
+    `job_gpus` (GPUs where the job's tree holds memory, or else whose device files it holds open;
+    None while unknown), `gpu_ok`,
     `stalled()`. The job is given by pid (and its process group, when it leads one).
     """
 
@@ -95,6 +96,7 @@ class TelemetrySampler:
         self._pgid: int | None = None
         self._tree: list[int] = []
         self._usage = TreeUsage()
+        self._minors: dict[int, int] = {}  # device minor -> GPU index
 
     def start(self, pid: int, pgid: int | None = None) -> None:
         """Begin sampling the job `pid`; returns at once (nvmlInit happens in the thread)."""
@@ -154,6 +156,11 @@ class TelemetrySampler:
         self.gpu_ok = note is None
         if note:
             self._note(note)
+        else:
+            identities = self._call(source.identities) or []
+            self._minors = {g.minor: g.gpu for g in identities if g.minor is not None}
+            if identities:
+                self._writer.write({"t": round(time.time(), 3), "gpus": [g.to_dict() for g in identities]})
         next_full_scan = 0.0
         next_tick = time.monotonic()
         while not self._stop.is_set():
@@ -203,10 +210,25 @@ class TelemetrySampler:
         users = self._call(self._source.processes)
         tree = set(self._tree)
         mine = [u for u in users if u.pid in tree]
+        line: dict[str, Any] = {"t": round(now, 3), "processes": [u.to_dict() for u in mine],
+                                "other_processes": len(users) - len(mine)}
         if mine:
             self.job_gpus = frozenset(u.gpu for u in mine)
-        self._writer.write({"t": round(now, 3), "processes": [u.to_dict() for u in mine],
-                            "other_processes": len(users) - len(mine)})
+        else:
+            # None of the driver's PIDs is the job's: in a container with its own PID namespace the
+            # driver names host PIDs. The GPU device files the job holds open still say which GPUs.
+            opened = self._opened_gpus()
+            if opened:
+                self.job_gpus = opened
+                line["device_files"] = sorted(opened)
+        self._writer.write(line)
+
+    def _opened_gpus(self) -> frozenset[int]:
+        """GPU indices whose /dev/nvidiaN the job's tree holds open (empty when unknown)."""
+        if not self._minors:
+            return frozenset()
+        minors = gpu_device_minors(self._tree)
+        return frozenset(self._minors[m] for m in minors if m in self._minors)
 
     def _refresh_tree(self) -> None:
         self._tree = [p.pid for p in job_tree(self._pid, self._pgid, all_procs())]

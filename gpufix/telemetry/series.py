@@ -5,10 +5,14 @@ Each GPU field becomes `gpu.<field>` grouped by GPU index, with derived series a
 maximum link) and 0/1 flags for throttling (`gpu.throttle_thermal`,
 `gpu.throttle_power`, `gpu.throttle_hw_slowdown`). The job tree's `host` lines become
 `host.cpu_pct` and `host.rss_mib`. Every sample points back at its line in the file, so a
-finding can quote it.
+finding can quote it. Xid events become kernel-style lines (`NVRM: Xid (PCI:...): 79, ...`) for
+the hardware rules, which otherwise see Xids only where the kernel log is readable - seldom in a
+container.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from gpufix.series import Sample
 from gpufix.telemetry.replay import iter_lines
@@ -24,16 +28,45 @@ _THROTTLE_FLAGS = {
 }
 
 
+class TelemetryEvidence(NamedTuple):
+    """What a `telemetry.jsonl` offers the rules: series, the job's GPUs, and the Xid events as
+    kernel-style lines (`(line in the file, text)`) for the rules that read the kernel log."""
+
+    series: dict[str, list[Sample]]
+    job_gpus: frozenset[int] | None  # None: the record does not say which GPUs were the job's
+    xid_lines: list[tuple[int, str]]
+
+
 def telemetry_series(path: str, source: str | None = None) -> dict[str, list[Sample]]:
     """Series by name from one telemetry.jsonl (missing values are skipped, not zeros)."""
+    return telemetry_evidence(path, source).series
+
+
+def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidence:
+    """One pass over a telemetry.jsonl. Where its process lines show which GPUs the job used (its
+    PIDs in the driver's list, or its open /dev/nvidiaN files), the other GPUs - another user's
+    jobs on a shared node - are left out: their idling, throttling or Xids are not this job's."""
     out: dict[str, list[Sample]] = {}
     label = source or path
+    job: set[int] = set()
+    pci: dict[int, tuple[str, str]] = {}  # GPU index -> (PCI bus id, name)
+    xids: list[tuple[int, float, int | None, int]] = []
 
     def add(name: str, t: float, value: float, group: str | None, line: int) -> None:
         out.setdefault(name, []).append(Sample(t, float(value), group, label, line))
 
     for line, t, obj in iter_lines(path):
-        if "gpu" in obj and "event" not in obj and "processes" not in obj:
+        if "processes" in obj:
+            job.update(p["gpu"] for p in obj["processes"] if isinstance(p, dict) and isinstance(p.get("gpu"), int))
+            job.update(g for g in obj.get("device_files") or () if isinstance(g, int))
+        elif obj.get("event") == "xid":
+            if isinstance(obj.get("xid"), int):
+                xids.append((line, t, obj.get("gpu") if isinstance(obj.get("gpu"), int) else None, obj["xid"]))
+        elif isinstance(obj.get("gpus"), list):
+            for g in obj["gpus"]:
+                if isinstance(g, dict) and isinstance(g.get("gpu"), int) and isinstance(g.get("pci_bus_id"), str):
+                    pci[g["gpu"]] = (g["pci_bus_id"], str(g.get("name") or ""))
+        elif "gpu" in obj and "event" not in obj:
             group = str(obj["gpu"])
             for field in _GPU_FIELDS:
                 value = obj.get(field)
@@ -54,4 +87,21 @@ def telemetry_series(path: str, source: str | None = None) -> dict[str, list[Sam
                 value = obj["host"].get(field)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     add(f"host.{field}", t, value, None, line)
-    return out
+    if job:
+        keep = {str(g) for g in job}
+        out = {name: [x for x in samples if x.group is None or x.group in keep] for name, samples in out.items()}
+    lines = [(line, _xid_line(gpu, xid, pci.get(gpu) if gpu is not None else None, t))
+             for line, t, gpu, xid in xids if not job or gpu is None or gpu in job]
+    return TelemetryEvidence(out, frozenset(job) if job else None, [(n, text) for n, text in lines if text])
+
+
+def _xid_line(gpu: int | None, xid: int, where: tuple[str, str] | None, t: float) -> str | None:
+    """An NVML Xid event in the kernel log's words, so one set of rules reads both; None when
+    the GPU's PCI address is unknown (the kernel names GPUs by it, and so do the rules)."""
+    if where is None:
+        return None
+    import time
+
+    moment = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    name = f" {where[1]}" if where[1] else ""
+    return f"NVRM: Xid (PCI:{where[0]}): {xid}, GPU {gpu}{name}: Xid event from NVML at {moment}, while the job ran"

@@ -79,6 +79,46 @@ def job_tree(root: int, pgid: int | None = None, procs: dict[int, ProcInfo] | No
     return [procs[pid] for pid in order]
 
 
+NVIDIA_MAJOR = 195  # the char-device major of /dev/nvidia0..N; nvidiactl is 195:255, modeset 195:254
+_GPU_MINOR_MAX = 253
+
+
+def gpu_device_minors(pids: list[int], proc: str = "/proc") -> set[int]:
+    """Minor numbers of the GPU device files (`/dev/nvidiaN`) that the processes hold open.
+
+    Why: the driver's process list names host PIDs, which a job in a container with its own PID
+    namespace never matches; open device files are namespace-proof. A CUDA process opens every
+    GPU it can see (CUDA_VISIBLE_DEVICES narrows that), so this is the set the job could use.
+    The minor comes from the device itself (st_rdev) and from the name only when stat fails.
+    """
+    minors: set[int] = set()
+    for pid in pids:
+        fd_dir = f"{proc}/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue  # gone, or not ours to read
+        for fd in fds:
+            path = f"{fd_dir}/{fd}"
+            try:
+                target = os.readlink(path)
+            except OSError:
+                continue
+            if not target.startswith("/dev/nvidia"):
+                continue
+            try:
+                rdev = os.stat(path).st_rdev
+                if os.major(rdev) == NVIDIA_MAJOR and os.minor(rdev) <= _GPU_MINOR_MAX:
+                    minors.add(os.minor(rdev))
+                continue
+            except OSError:
+                pass
+            suffix = target[len("/dev/nvidia"):]
+            if suffix.isdigit() and int(suffix) <= _GPU_MINOR_MAX:
+                minors.add(int(suffix))
+    return minors
+
+
 def cmdline(pid: int) -> str:
     """The command line, space-joined ('' for a kernel thread or a gone process)."""
     try:

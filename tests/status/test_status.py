@@ -76,7 +76,7 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def write_record(folder: Path, probe: Path | None, *, state: str = "finished", name: str = "train",
-                 start: float = START, output: bytes = b"epoch 1\n") -> Path:
+                 start: float = START, output: bytes = b"epoch 1\n", first_lines: tuple[dict, ...] = ()) -> Path:
     folder.mkdir(parents=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(start))
     meta = {"format": 1, "status": state, "name": name, "command": ["python", "train.py", "--lr", "0.1"],
@@ -89,7 +89,7 @@ def write_record(folder: Path, probe: Path | None, *, state: str = "finished", n
     if state == "finished":
         (folder / "result.json").write_text(json.dumps({"exit_status": 0, "returncode": 0, "signal": None,
                                                         "duration_s": 90.0, "findings": []}))
-    lines = []
+    lines = list(first_lines)
     for i in range(GPU_SAMPLES):
         t = start + 1 + i
         lines.append({"t": t, "gpu": 0, "util_gpu_pct": 20 + i, "memory_used_mib": 10240 + 100 * i,
@@ -148,6 +148,17 @@ def test_text_output_has_sparklines_numbers_and_the_finding(record: Path) -> Non
     assert "DAT010  Training steps wait for the data loader (measured)" in text
     assert "waiting for the next batch" in text
     assert "\x1b[" not in text  # plain when not a terminal
+
+
+def test_the_jobs_gpus_are_told_from_another_jobs(tmp_path: Path) -> None:
+    gpus = {"t": START, "gpus": [{"gpu": g, "name": "NVIDIA H200", "pci_bus_id": f"00000000:{g + 1:02X}:00.0"} for g in (0, 1)]}
+    seen = {"t": START + 2, "processes": [], "other_processes": 2, "device_files": [0]}  # found through /dev/nvidia0
+    record = write_record(tmp_path / "20250114T093000Z-train-def456", None, first_lines=(gpus, seen))
+    doc = status(record)
+    assert [(g["gpu"], g["name"], g["job"]) for g in doc["gpus"]] == [(0, "NVIDIA H200", True), (1, "NVIDIA H200", False)]
+    text = run_gpufix("status", str(record)).stdout.decode()
+    assert "  GPU 0  NVIDIA H200\n" in text and "  GPU 1  NVIDIA H200  (not this job's)\n" in text
+    assert status(write_record(tmp_path / "plain", None))["gpus"][0]["job"] is None  # not known: not guessed
 
 
 def test_json_output(record: Path) -> None:

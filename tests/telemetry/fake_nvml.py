@@ -27,7 +27,8 @@ class FakeNvml:
 
     def __init__(self, gpus: int = 2, unsupported: tuple[str, ...] = (), hang: str | None = None,
                  init_error: int | None = None, xids: list[tuple[int, int]] | None = None,
-                 pids: tuple[int, ...] = (), lose_gpu_after: tuple[int, int] | None = None) -> None:
+                 pids: tuple[int, ...] = (), lose_gpu_after: tuple[int, int] | None = None,
+                 minors: dict[int, int] | None = None) -> None:
         self.gpus = gpus
         self.unsupported = set(unsupported)
         self.hang = hang
@@ -36,6 +37,7 @@ class FakeNvml:
         self.xids = list(xids or [])
         self.pids = pids
         self.lose = lose_gpu_after
+        self.minors = minors or {}  # GPU index -> device minor; default: the same number
         self.calls: dict[str, int] = {}
         self.shutdown_called = False
 
@@ -68,6 +70,19 @@ class FakeNvml:
 
     def nvmlDeviceGetIndex(self, h: Any) -> int:
         return h.index
+
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetUUID(self, h: Any) -> bytes:
+        return f"GPU-0000000{h.index}-fake".encode()  # older nvidia-ml-py returns bytes
+
+    def nvmlDeviceGetPciInfo(self, h: Any) -> Any:
+        return SimpleNamespace(busId=f"00000000:{0x18 + h.index:02X}:00.0")
+
+    def nvmlDeviceGetMinorNumber(self, h: Any) -> int:
+        self._enter("nvmlDeviceGetMinorNumber", h)
+        return self.minors.get(h.index, h.index)
 
     def nvmlDeviceGetEccMode(self, h: Any) -> tuple[int, int]:
         self._enter("nvmlDeviceGetEccMode", h)

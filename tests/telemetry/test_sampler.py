@@ -125,3 +125,36 @@ def test_no_nvml_on_this_machine_degrades_without_a_crash(tmp_path: Path) -> Non
         assert notes[0].startswith("no GPU telemetry") and len(notes) == 1
         assert printed == []  # a machine without an NVIDIA stack is not news on every run
     assert read_telemetry(str(tmp_path / "telemetry.jsonl")).host
+
+
+def test_sampler_names_each_gpu_once_for_xids_and_device_files(tmp_path: Path) -> None:
+    path = tmp_path / "telemetry.jsonl"
+    _run(FakeNvml(gpus=2, minors={0: 4, 1: 5}), path, seconds=0.3)
+    data = read_telemetry(str(path))
+    assert [g.to_dict() for g in data.identities] == [
+        {"gpu": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-00000000-fake", "pci_bus_id": "00000000:18:00.0", "minor": 4},
+        {"gpu": 1, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-00000001-fake", "pci_bus_id": "00000000:19:00.0", "minor": 5}]
+    assert sum('"gpus"' in line for line in path.read_text().splitlines()) == 1
+
+
+def test_device_files_find_the_jobs_gpu_when_the_driver_lists_other_pids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A container: NVML names host PIDs (here pid 1 on each GPU); the job holds /dev/nvidia5 open = GPU 1.
+    asked: list[list[int]] = []
+
+    def minors(pids: list[int]) -> set[int]:
+        asked.append(list(pids))
+        return {5, 77}  # 77: a device this NVML does not list (another container's view): ignored
+
+    monkeypatch.setattr(sampler_mod, "gpu_device_minors", minors)
+    path = tmp_path / "telemetry.jsonl"
+    s = _run(FakeNvml(gpus=2, minors={0: 4, 1: 5}), path, seconds=0.5)
+    assert s.job_gpus == frozenset({1})
+    assert asked and asked[0][0] == os.getpid()
+    lines = [json.loads(line) for line in path.read_text().splitlines() if '"processes"' in line]
+    assert lines[0]["processes"] == [] and lines[0]["device_files"] == [1] and lines[0]["other_processes"] == 2
+
+
+def test_matched_pids_need_no_device_file_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampler_mod, "gpu_device_minors", lambda pids: pytest.fail("scanned /proc fds needlessly"))
+    s = _run(FakeNvml(gpus=2, pids=(os.getpid(),)), tmp_path / "telemetry.jsonl", seconds=0.3)
+    assert s.job_gpus == frozenset({0})
