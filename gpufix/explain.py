@@ -201,6 +201,7 @@ def _add_probe(evidence: Evidence, probe_dir: str) -> None:
         if facts.get("torch"):
             evidence.facts.setdefault("torch_version", str(facts["torch"]))
             evidence.facts.setdefault("torch_cuda_build", str(facts.get("cuda_build") or "none"))
+        _add_loader_facts(evidence, facts.get("loaders") or [])
         has_cuda = bool(facts.get("cuda_build")) if facts.get("torch") else None
         for name, value in (("probe.gpu_visible", facts.get("device_count")),
                             ("probe.cuda_ever_allocated", facts.get("cuda_ever_allocated")),
@@ -220,6 +221,25 @@ def _add_probe(evidence: Evidence, probe_dir: str) -> None:
         placed[index] = len(evidence.exceptions)
         cause = placed.get(record.cause) if record.cause is not None else None
         evidence.exceptions.append(ExceptionRecord(record.type, record.message, record.ref, cause))
+
+
+_LOADER_SETTINGS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
+
+
+def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]]) -> None:
+    """The training loader's settings as facts, so a finding names them and a fix already in
+    place (pin_memory=True) is not advised again. The first loader iterated is taken as the
+    training one (validation loaders come later in nearly every loop)."""
+    if not loaders:
+        return
+    loader = loaders[0]
+    settings = ", ".join(f"{key}={loader.get(key)}" for key in _LOADER_SETTINGS if key in loader)
+    if settings:
+        evidence.facts.setdefault("loader_settings", settings)
+    if isinstance(loader.get("pin_memory"), bool):
+        evidence.facts.setdefault("loader_pin_memory", str(loader["pin_memory"]))
+    if isinstance(loader.get("cpus_usable"), int):
+        evidence.facts.setdefault("cpus_usable", str(loader["cpus_usable"]))
 
 
 def _open(path: str) -> BinaryIO:

@@ -50,7 +50,9 @@ DEFAULT_PRIORITY: dict[str, int] = {
 }
 BUILTIN_FIELDS = ("count", "ranks", "first_line", "source",
                   # facts of a run record when known (meta.json environment, the probe); absent for a paste
-                  "pytorch_cuda_alloc_conf", "cuda_visible_devices", "torch_version", "torch_cuda_build")
+                  "pytorch_cuda_alloc_conf", "cuda_visible_devices", "torch_version", "torch_cuda_build",
+                  # the training DataLoader as the probe saw it (the first loader iterated)
+                  "loader_settings", "loader_pin_memory", "cpus_usable")
 
 
 class Leaf(NamedTuple):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_gpufix
 
 pytest.importorskip("torch")
 
@@ -27,7 +27,8 @@ def run_script(name: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[b
 @pytest.mark.parametrize(
     ("script", "code", "words"),
     [
-        ("slow_loader_cpu.py", "DAT010", b"of each training step waiting for the next batch (median), with num_workers=0"),
+        ("slow_loader_cpu.py", "DAT010", b"of each training step waiting for the next batch (median); the loader had "
+                                         b"num_workers=0, pin_memory=False, persistent_workers=False"),
         ("memory_creep_cpu.py", "MEM021", b"resident host memory grew by"),
         ("excessive_print_cpu.py", "PRF010", b"KiB of output per second"),
     ],
@@ -47,3 +48,25 @@ def test_healthy_script_gets_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stderr == bare.stderr
     assert result.stdout == bare.stdout
     assert doc["findings"] == []
+
+
+def test_a_loader_setting_already_in_place_is_not_advised_again(tmp_path: Path) -> None:
+    """A hand-written probe file (docs/probe.md): the loader pins memory and has workers, yet starves."""
+    record = tmp_path / "20261130T000000Z-train-abc123"
+    (record / "probe").mkdir(parents=True)
+    (record / "meta.json").write_text(json.dumps({"format": 1, "status": "finished"}))
+    (record / "output.log").write_bytes(b"epoch 1\n")
+    lines = [{"kind": "start", "format": 1, "pid": 7, "rank": 0, "t": 1000.0},
+             {"kind": "loader", "id": 0, "num_workers": 2, "pin_memory": True, "persistent_workers": True,
+              "prefetch_factor": 2, "batch_size": 64, "cpus_usable": 32, "t": 1000.5}]
+    lines += [{"kind": "step", "step": i, "n": 1, "step_time_s": 0.5, "data_wait_s": 0.4, "loader": 0, "num_workers": 2,
+               "t": 1001.0 + i / 2} for i in range(1, 41)]
+    (record / "probe" / "probe-7.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(record)).stdout)
+    finding = doc["findings"][0]
+    assert finding["code"] == "DAT010"
+    assert finding["message"] == ("Rank 0 spent 80% of each training step waiting for the next batch (median); the loader had "
+                                  "num_workers=2, pin_memory=True, persistent_workers=True, prefetch_factor=2, batch_size=64")
+    titles = [fix["title"] for fix in finding["fixes"]]
+    assert not any("pinned memory" in title for title in titles), titles
+    assert any("Raise num_workers (it is 2)" in title for title in titles), titles
