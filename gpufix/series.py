@@ -78,6 +78,10 @@ SERIES: dict[str, str] = {
     "probe.step_time_s": "rank", "probe.data_wait_s": "rank", "probe.data_wait_frac": "rank",
     "probe.cuda_allocated_mib": "rank", "probe.cuda_reserved_mib": "rank", "probe.cuda_peak_mib": "rank",
     "probe.batch_size": "rank", "probe.num_workers": "rank", "probe.rss_mib": "rank",
+    # AMP's GradScaler, per step record: steps it skipped (inf/NaN gradients), the steps it judged,
+    # their ratio, and the loss scale (where the probe knows it without a GPU synchronisation)
+    "probe.amp_skipped": "rank", "probe.amp_steps": "rank", "probe.amp_skipped_frac": "rank",
+    "probe.amp_scale": "rank",
     # one sample per run, from the probe's facts: GPUs the job could see, whether it ever
     # allocated CUDA memory (0/1), how many optimizer steps it took
     "probe.gpu_visible": "none", "probe.cuda_ever_allocated": "none", "probe.steps": "none",

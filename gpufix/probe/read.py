@@ -17,7 +17,8 @@ from typing import Any
 from gpufix.evidence import ExceptionRecord, LineRef
 from gpufix.series import SERIES, Sample
 
-# Step-record field -> series name. data_wait_frac is derived (data_wait_s / step_time_s).
+# Step-record field -> series name. data_wait_frac is derived (data_wait_s / step_time_s), and so
+# are amp_steps (the record's `amp_steps`, else `n`, where it has `skipped`) and amp_skipped_frac.
 STEP_SERIES = {
     "step_time_s": "probe.step_time_s",
     "data_wait_s": "probe.data_wait_s",
@@ -27,8 +28,12 @@ STEP_SERIES = {
     "batch_size": "probe.batch_size",
     "num_workers": "probe.num_workers",
     "rss_mib": "probe.rss_mib",  # read only once SERIES names it (host memory per rank: leaks)
+    "skipped": "probe.amp_skipped",  # steps AMP's GradScaler skipped (inf/NaN gradients)
+    "amp_scale": "probe.amp_scale",
 }
 DATA_WAIT_FRAC = "probe.data_wait_frac"
+AMP_STEPS = "probe.amp_steps"
+AMP_SKIPPED_FRAC = "probe.amp_skipped_frac"
 _STEP_SERIES_KNOWN = {field: name for field, name in STEP_SERIES.items() if name in SERIES}
 _WORKER_MESSAGE = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
 
@@ -101,7 +106,24 @@ def read_probe_series(probe_dir: str | Path) -> dict[str, list[Sample]]:
             if isinstance(step_time, (int, float)) and isinstance(wait, (int, float)) and step_time > 0:
                 frac = min(1.0, max(0.0, wait / step_time))
                 series.setdefault(DATA_WAIT_FRAC, []).append(Sample(t, frac, group, source, number))
+            skipped, judged = record.get("skipped"), _amp_steps(record)
+            if _is_number(skipped) and judged:
+                series.setdefault(AMP_STEPS, []).append(Sample(t, float(judged), group, source, number))
+                frac = min(1.0, max(0.0, skipped / judged))
+                series.setdefault(AMP_SKIPPED_FRAC, []).append(Sample(t, frac, group, source, number))
     return series
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _amp_steps(record: dict[str, Any]) -> int:
+    """The steps of a step record that a GradScaler judged (0 when it has no `skipped`)."""
+    if not _is_number(record.get("skipped")):
+        return 0
+    judged = record.get("amp_steps", record.get("n", 1))
+    return int(judged) if _is_number(judged) and judged > 0 else 0
 
 
 def read_probe_exceptions(probe_dir: str | Path) -> list[ExceptionRecord]:
@@ -161,6 +183,11 @@ def read_probe_facts(probe_dir: str | Path) -> dict[str, Any]:
     facts["cuda_peak_mib"] = max(peaks) if peaks else None
     fracs = [p["data_wait_frac"] for p in trained if p.get("data_wait_frac") is not None]
     facts["data_wait_frac"] = max(fracs) if fracs else None
+    amp = [p for p in trained if p["amp_steps"]]
+    facts["amp_steps"] = sum(p["amp_steps"] for p in amp) if amp else None
+    facts["amp_skipped_steps"] = sum(p["amp_skipped_steps"] for p in amp) if amp else None
+    scales = [p["amp_scale_min"] for p in amp if p.get("amp_scale_min") is not None]
+    facts["amp_scale_min"] = min(scales) if scales else None
     facts["oom_snapshots"] = sorted(str(p) for p in folder.glob("oom-*.pickle"))
     facts["fault_logs"] = sorted(str(p) for p in folder.glob("faults-*.log") if p.stat().st_size > 0)
     facts["stack_dumps"] = sorted(str(p) for p in folder.glob("stacks-*.txt"))
@@ -174,8 +201,10 @@ def _process_facts(path: Path) -> dict[str, Any]:
                            "rank": None, "world_size": None, "steps": 0, "optimizers": [], "loaders": [],
                            "batches": [], "cuda_available": None, "device_count": None,
                            "cuda_initialized": None, "cuda_ever_allocated": None, "cuda_peak_mib": None,
-                           "probe_errors": [], "ended": False}
+                           "probe_errors": [], "ended": False, "amp_steps": 0, "amp_skipped_steps": 0,
+                           "amp_scale_min": None, "amp_scale_last": None}
     step_time = wait = 0.0
+    amp_steps = amp_skipped = 0
     peak = None
     for _number, record in iter_records(path):
         kind = record["kind"]
@@ -204,6 +233,13 @@ def _process_facts(path: Path) -> dict[str, Any]:
                 wait += record["data_wait_s"] * n
             if isinstance(record.get("cuda_peak_mib"), (int, float)):
                 peak = max(peak or 0.0, record["cuda_peak_mib"])
+            if _amp_steps(record):
+                amp_steps += _amp_steps(record)
+                amp_skipped += int(record["skipped"])
+            if _is_number(record.get("amp_scale")):
+                out["amp_scale_last"] = record["amp_scale"]
+                if out["amp_scale_min"] is None or record["amp_scale"] < out["amp_scale_min"]:
+                    out["amp_scale_min"] = record["amp_scale"]
         elif kind == "probe_error":
             out["probe_errors"].append(_without(record, "kind"))
         elif kind == "end":
@@ -216,7 +252,12 @@ def _process_facts(path: Path) -> dict[str, Any]:
             if isinstance(record.get("cuda"), dict):
                 _cuda_facts(out, record["cuda"])
             out["rss_peak_mib"] = record.get("rss_peak_mib")
+            for key in ("amp_steps", "amp_skipped_steps", "amp_scale_min", "amp_scale_last"):
+                if _is_number(record.get(key)):
+                    out[key] = record[key]
     out["cuda_peak_mib"] = peak
+    if not out["amp_steps"]:  # no end record (killed): what the step records say
+        out["amp_steps"], out["amp_skipped_steps"] = amp_steps, amp_skipped
     if out["cuda_ever_allocated"] is None and peak is not None:
         out["cuda_ever_allocated"] = peak > 0
     out["data_wait_frac"] = round(wait / step_time, 4) if step_time > 0 else None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run.helpers import PY, env, gpufix_run, process_gone, read_until, records, script, wait_for
+from tests.run.helpers import env, gpufix_run, process_gone, read_until, records, script, wait_for
 
 CATCHER = """
 import os, signal, sys, time

@@ -14,7 +14,7 @@ import time
 import tty
 from pathlib import Path
 
-from tests.run.helpers import PY, env, gpufix_run, script
+from tests.run.helpers import env, gpufix_run, script
 
 PROBE = """
 import os, signal, sys, time

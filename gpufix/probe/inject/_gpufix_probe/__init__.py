@@ -9,6 +9,7 @@ in the probe file and the probe turns itself off; the job never sees it.
     output.py    the probe file: one JSON object per line, one write() each, bounded in size
     probe.py     the Probe: installs the hooks, facts at start and end
     steps.py     optimizer steps and DataLoader batches: step time, data wait, placement
+    amp.py       AMP's GradScaler: steps it skipped (inf/NaN gradients), the loss scale
     errors.py    uncaught exceptions (main, threads, DataLoader workers) as structured data
     cudamem.py   CUDA memory per step, OOM snapshots, memory history
     faults.py    faulthandler into the probe folder, stack dumps on request (a trigger file)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from _gpufix_probe import cudamem, errors, faults, output, steps
+from _gpufix_probe import amp, cudamem, errors, faults, output, steps
 
 PROBE = None
 
@@ -34,6 +34,7 @@ class Probe(object):
         self.role = "main"
         self.handles = []
         self.steps = None
+        self.amp = None
         self.exceptions = None
         self.oom = None
         self.fault_file = None
@@ -143,6 +144,8 @@ class Probe(object):
             record["rss_peak_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 2)
         except Exception:
             pass
+        if tracker is not None:
+            tracker.amp_summary(record)
         if tracker is not None and tracker.step == 0:
             record["cuda"] = cudamem.cuda_facts(torch, "exit")
         self.out.write(record, essential=True)
@@ -185,6 +188,7 @@ def install(torch, directory, import_s=None):
     probe.guard("faulthandler", faults.install, probe)
     probe.guard("exceptions", errors.install, probe)
     probe.guard("steps", steps.install, probe)
+    probe.guard("GradScaler", amp.install, probe)
     probe.guard("cuda memory", cudamem.install, probe)
     atexit.register(probe.at_exit)
     if hasattr(os, "register_at_fork"):

@@ -6,6 +6,8 @@ call the wrapped optimizer's `step()`). The main optimizer is the first one that
 (GANs) or a wrapper that steps an inner optimizer, each iteration counts once. Batches are timed by
 wrapping `_BaseDataLoaderIter.__next__`: the time inside it is time the training loop waited for
 data (the data wait). The loader's settings come from wrapping `_BaseDataLoaderIter.__init__`.
+A step that AMP's GradScaler skipped (inf/NaN gradients: `optimizer.step()` never ran) is reported
+by amp.py and counted here as a step too, marked `skipped`, with the loss scale where known.
 
 Step records are written one per step for the first PER_STEP_RECORDS steps, then one per
 AGGREGATE_S seconds summarising the steps in between (`n` steps: means and the max step time).
@@ -53,6 +55,11 @@ class StepTracker(object):
         self.loader_count = 0
         self.described = {}  # loader id -> batches described
         self.num_workers = {}  # loader id -> num_workers
+        self.hook_calls = 0  # optimizer post-hook calls (any optimizer): GradScaler.step sees a skip by it
+        self.amp_current = None  # while GradScaler.step runs: (ScalerState, scaler, hook calls)
+        self.amp_state = None  # the ScalerState of the scaler that steps the main optimizer
+        self.amp_steps = 0  # main-optimizer steps judged by a GradScaler (skipped or not)
+        self.amp_skipped = 0
         self._reset_window()
 
     def _reset_window(self):
@@ -64,6 +71,9 @@ class StepTracker(object):
         self.win_batches = 0
         self.win_new_epoch = False
         self.win_start = None
+        self.win_amp = 0
+        self.win_skipped = 0
+        self.win_scale = None
 
     # -- DataLoader ---------------------------------------------------------------------------
 
@@ -143,7 +153,9 @@ class StepTracker(object):
 
     # -- optimizer steps ------------------------------------------------------------------------
 
-    def on_optimizer_step(self, optimizer):
+    def on_optimizer_step(self, optimizer, skipped=False, amp=None, scale=None):
+        """One step of `optimizer` (from the post-hook), or one GradScaler skipped (`skipped`,
+        from amp.py, with the scaler's state in `amp` and the scale it read)."""
         now = _perf()
         main = self.main() if self.main is not None else None
         if main is not optimizer:
@@ -166,11 +178,25 @@ class StepTracker(object):
         self.wait_s = 0.0
         self.batches = 0
         self.last_end = now
+        if amp is None:
+            amp = self.amp_current
+        if amp is not None:
+            state = amp[0]
+            if scale is None:
+                scale = state.current(amp[1])
+            self.amp_state = state
+            self.amp_steps += 1
+            if skipped:
+                self.amp_skipped += 1
         if self.step <= PER_STEP_RECORDS:
             record = {"kind": "step", "step": self.step, "n": 1, "step_time_s": _round(step_time),
                       "data_wait_s": _round(wait), "batches": batches}
             if new_epoch and self.step > 1:
                 record["new_iterator"] = True
+            if amp is not None:
+                record["skipped"] = 1 if skipped else 0
+                if scale is not None:
+                    record["amp_scale"] = scale
             self._finish(record)
             return
         if self.win_start is None:
@@ -178,6 +204,12 @@ class StepTracker(object):
         self.win_n += 1
         self.win_batches += batches
         self.win_new_epoch = self.win_new_epoch or new_epoch
+        if amp is not None:
+            self.win_amp += 1
+            if skipped:
+                self.win_skipped += 1
+            if scale is not None:
+                self.win_scale = scale
         if step_time is not None:
             self.win_timed += 1
             self.win_time += step_time
@@ -199,6 +231,12 @@ class StepTracker(object):
                   "batches": self.win_batches}
         if self.win_new_epoch:
             record["new_iterator"] = True
+        if self.win_amp:
+            record["skipped"] = self.win_skipped
+            if self.win_amp != self.win_n:
+                record["amp_steps"] = self.win_amp
+            if self.win_scale is not None:
+                record["amp_scale"] = self.win_scale
         self._reset_window()
         self._finish(record)
 
@@ -218,6 +256,17 @@ class StepTracker(object):
             if memory[0] > 0:
                 self.probe.cuda_allocated_seen = True
         self.probe.out.write(record)
+
+    def amp_summary(self, record):
+        """GradScaler totals for the `end` record: steps it judged and skipped, the loss scale."""
+        if not self.amp_steps:
+            return
+        record["amp_steps"] = self.amp_steps
+        record["amp_skipped_steps"] = self.amp_skipped
+        state = self.amp_state
+        if state is not None and state.minimum is not None:
+            record["amp_scale_min"] = state.minimum
+            record["amp_scale_last"] = state.last
 
     def _optimizer_record(self, optimizer, index):
         devices = {}
@@ -310,6 +359,7 @@ def install(probe):
     def step_hook(optimizer, args, kwargs):
         if probe.enabled:
             try:
+                tracker.hook_calls += 1
                 tracker.on_optimizer_step(optimizer)
             except Exception as exc:
                 probe.fail("optimizer step hook", exc)
