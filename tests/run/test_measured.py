@@ -50,7 +50,7 @@ def test_healthy_script_gets_nothing(tmp_path: Path) -> None:
     assert doc["findings"] == []
 
 
-def test_a_loader_setting_already_in_place_is_not_advised_again(tmp_path: Path) -> None:
+def _starved_record(tmp_path: Path) -> Path:
     """A hand-written probe file (docs/probe.md): the loader pins memory and has workers, yet starves."""
     record = tmp_path / "20261130T000000Z-train-abc123"
     (record / "probe").mkdir(parents=True)
@@ -62,6 +62,11 @@ def test_a_loader_setting_already_in_place_is_not_advised_again(tmp_path: Path) 
     lines += [{"kind": "step", "step": i, "n": 1, "step_time_s": 0.5, "data_wait_s": 0.4, "loader": 0, "num_workers": 2,
                "t": 1001.0 + i / 2} for i in range(1, 41)]
     (record / "probe" / "probe-7.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return record
+
+
+def test_a_loader_setting_already_in_place_is_not_advised_again(tmp_path: Path) -> None:
+    record = _starved_record(tmp_path)
     doc = json.loads(run_gpufix("explain", "--format", "json", str(record)).stdout)
     finding = doc["findings"][0]
     assert finding["code"] == "DAT010"
@@ -69,4 +74,19 @@ def test_a_loader_setting_already_in_place_is_not_advised_again(tmp_path: Path) 
                                   "num_workers=2, pin_memory=True, persistent_workers=True, prefetch_factor=2, batch_size=64")
     titles = [fix["title"] for fix in finding["fixes"]]
     assert not any("pinned memory" in title for title in titles), titles
-    assert any("Raise num_workers (it is 2)" in title for title in titles), titles
+    assert any("Raise num_workers (it is 2) towards the CPU cores per GPU (32 CPUs are usable by this job)" in title
+               for title in titles), titles
+
+
+def test_a_starved_gpu_is_named_with_its_sawtooth(tmp_path: Path) -> None:
+    record = _starved_record(tmp_path)
+    lines = [{"t": 1001.0, "processes": [{"gpu": 1, "pid": 7, "used_mib": 9000}], "other_processes": 0}]
+    for i in range(80):  # GPU 1 (the job's) computes one second in four; GPU 0 is someone else's, busy
+        lines.append({"t": 1001.0 + i / 4, "gpu": 0, "util_gpu_pct": 99})
+        lines.append({"t": 1001.0 + i / 4, "gpu": 1, "util_gpu_pct": 96 if i % 4 == 0 else 4})
+    (record / "telemetry.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(record)).stdout)
+    finding = doc["findings"][0]
+    assert finding["code"] == "DAT010"
+    assert "waiting for the next batch (median), while GPU 1 averaged 27% utilisation (p90 96%); the loader had" \
+        in finding["message"], finding["message"]
