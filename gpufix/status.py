@@ -232,6 +232,7 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
     if not telemetry.is_file():
         return [], []
     from gpufix.telemetry.replay import iter_lines
+    from gpufix.telemetry.series import job_gpus_in
 
     per_gpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
     last_of: dict[str, dict[str, float]] = {}
@@ -240,8 +241,7 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
     names: dict[str, str] = {}
     for _line, t, obj in iter_lines(str(telemetry)):
         if "processes" in obj:
-            job.update(str(p.get("gpu")) for p in obj["processes"] if isinstance(p, dict))
-            job.update(str(g) for g in obj.get("device_files") or ())
+            job.update(str(g) for g in job_gpus_in(obj))
         elif isinstance(obj.get("gpus"), list):
             names.update((str(g.get("gpu")), str(g["name"])) for g in obj["gpus"] if isinstance(g, dict) and g.get("name"))
         elif "gpu" in obj and "event" not in obj:

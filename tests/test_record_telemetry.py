@@ -142,3 +142,18 @@ def test_an_xid_without_a_known_pci_address_is_not_made_up(tmp_path: Path) -> No
     lines = [gpu(1000.0 + i, 0) for i in range(5)] + [{"t": 1005.0, "event": "xid", "gpu": 0, "xid": 79}]
     record = write_record(tmp_path, lines)
     assert telemetry_evidence(str(record / "telemetry.jsonl")).xid_lines == []
+
+
+def test_odd_process_and_identity_lines_are_skipped_not_fatal(tmp_path: Path) -> None:
+    lines = [{"t": 999.0, "gpus": 5}, {"t": 999.0, "gpus": ["x", {"gpu": "0"}]},
+             {"t": 1000.0, "processes": 5, "device_files": 7}, {"t": 1000.0, "processes": ["x"], "device_files": [True, "1"]},
+             {"t": 1001.0, "event": "xid", "gpu": 0, "xid": "79"}] + [gpu(1000.0 + i, 0) for i in range(5)]
+    record = write_record(tmp_path, lines)
+    evidence = telemetry_evidence(str(record / "telemetry.jsonl"))
+    assert evidence.job_gpus is None and evidence.xid_lines == [] and len(evidence.series["gpu.util_gpu_pct"]) == 5
+    for command in (("explain", str(record)), ("status", str(record))):
+        result = run_gpufix(*command)
+        assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
+    from gpufix.telemetry.replay import read_telemetry
+
+    assert read_telemetry(str(record / "telemetry.jsonl")).identities == ()

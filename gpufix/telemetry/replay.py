@@ -53,7 +53,7 @@ def read_telemetry(path: str) -> Telemetry:
     for _number, t, obj in iter_lines(path):
         try:
             if isinstance(obj.get("gpus"), list):
-                identities = [GpuIdentity.from_dict(g) for g in obj["gpus"]]
+                identities = [GpuIdentity.from_dict(g) for g in obj["gpus"] if isinstance(g, dict) and isinstance(g.get("gpu"), int)]
             elif obj.get("event") == "xid":
                 xids.append(XidEvent(t, obj.get("gpu"), int(obj["xid"])))
             elif "processes" in obj:

@@ -12,7 +12,7 @@ container.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gpufix.series import Sample
 from gpufix.telemetry.replay import iter_lines
@@ -57,8 +57,7 @@ def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidenc
 
     for line, t, obj in iter_lines(path):
         if "processes" in obj:
-            job.update(p["gpu"] for p in obj["processes"] if isinstance(p, dict) and isinstance(p.get("gpu"), int))
-            job.update(g for g in obj.get("device_files") or () if isinstance(g, int))
+            job.update(job_gpus_in(obj))
         elif obj.get("event") == "xid":
             if isinstance(obj.get("xid"), int):
                 xids.append((line, t, obj.get("gpu") if isinstance(obj.get("gpu"), int) else None, obj["xid"]))
@@ -93,6 +92,15 @@ def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidenc
     lines = [(line, _xid_line(gpu, xid, pci.get(gpu) if gpu is not None else None, t))
              for line, t, gpu, xid in xids if not job or gpu is None or gpu in job]
     return TelemetryEvidence(out, frozenset(job) if job else None, [(n, text) for n, text in lines if text])
+
+
+def job_gpus_in(obj: dict[str, Any]) -> set[int]:
+    """The GPUs a `processes` line says the job used: by PID, or by its open device files."""
+    procs, files = obj.get("processes"), obj.get("device_files")
+    out = {p["gpu"] for p in procs if isinstance(p, dict) and isinstance(p.get("gpu"), int)} if isinstance(procs, list) else set()
+    if isinstance(files, list):
+        out.update(g for g in files if isinstance(g, int) and not isinstance(g, bool))
+    return out
 
 
 def _xid_line(gpu: int | None, xid: int, where: tuple[str, str] | None, t: float) -> str | None:
