@@ -97,3 +97,14 @@ def test_terminal_gets_colour_unless_no_color() -> None:
     env["NO_COLOR"] = "1"
     plain = _on_a_terminal(env)
     assert b"\x1b[" not in plain and b"Root cause: CUDA out of memory" in plain
+
+
+def test_evidence_from_a_records_measurements_names_its_file() -> None:
+    from gpufix.report.text import _where
+
+    log = "/runs/r1/output.log"
+    assert _where(log, 12, log) == "line 12"
+    assert _where("/runs/r1/probe/probe-7.jsonl", 108, log) == "probe/probe-7.jsonl:108"
+    assert _where("/elsewhere/telemetry.jsonl", 3, log) == "/elsewhere/telemetry.jsonl:3"
+    assert _where("/runs/r1/output.log", 12, None) == "/runs/r1/output.log:12"
+    assert _where("telemetry.jsonl", 4, "output.log") == "telemetry.jsonl:4"

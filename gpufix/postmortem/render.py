@@ -119,7 +119,7 @@ def render_text(pm: Postmortem, color: bool = False) -> str:
         out += ["  " + st.plain(line) for line in _run_facts(run)]
         if run.root_cause:
             out.append("")
-            out += ["  " + line if line else "" for line in render_finding(run.root_cause, st, 1, True, verbose=False)]
+            out += ["  " + line if line else "" for line in render_finding(run.root_cause, st, 1, None, verbose=False)]
             for fix in run.root_cause.fixes[:3]:
                 out.append("    " + st.plain(f"fix: {fix.title}") + st(f"  [{fix.kind}]", "dim"))
         for f in run.findings:

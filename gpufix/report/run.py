@@ -31,8 +31,7 @@ def render_compact(findings: list[Finding], sources: list[str], notes: list[str]
         out.append(s.plain("gpufix: no known failure pattern in its output; `gpufix rules list` shows what it knows."))
         return "\n".join(out) + "\n"
     root, others = findings[0], findings[1:]
-    many = len(sources) > 1
-    out.extend(render_finding(root, s, 1, many, verbose=False))
+    out.extend(render_finding(root, s, 1, sources[0] if len(sources) == 1 else None, verbose=False))
     if root.fixes:
         out.append("")
         out.append("  " + s("Fixes, in the order to try them", "bold") + ":")

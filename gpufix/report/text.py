@@ -30,13 +30,29 @@ class _Style:
         return escape(text)
 
 
-def _evidence_line(s: _Style, ref_source: str, line: int, rank: int | None, text: str, many_sources: bool) -> str:
-    where = f"{ref_source}:{line}" if many_sources else f"line {line}"
+def _where(ref_source: str, line: int, only_source: str | None) -> str:
+    """`line N` in the one input read; elsewhere (several inputs, or a record's telemetry or probe
+    file beside its output.log) the file too, relative to that input's folder when inside it."""
+    if only_source is None:
+        return f"{ref_source}:{line}"
+    if ref_source == only_source:
+        return f"line {line}"
+    import os
+
+    folder = os.path.dirname(only_source)
+    if folder and ref_source.startswith(folder + os.sep):
+        return f"{ref_source[len(folder) + 1:]}:{line}"
+    return f"{ref_source}:{line}"
+
+
+def _evidence_line(s: _Style, ref_source: str, line: int, rank: int | None, text: str, only_source: str | None) -> str:
+    where = _where(ref_source, line, only_source)
     rank_text = f" [rank {rank}]" if rank is not None else ""
     return "    " + s(f"{where}{rank_text}", "dim") + s.plain(f"  {text}")
 
 
-def render_finding(finding: Finding, s: _Style, number: int, many_sources: bool, verbose: bool = True) -> list[str]:
+def render_finding(finding: Finding, s: _Style, number: int, only_source: str | None, verbose: bool = True) -> list[str]:
+    """A finding's lines; evidence from `only_source` (the one input, if there is one) shows as `line N`."""
     lines = []
     label = "Root cause" if number == 1 and finding.consequence_of is None else (
         f"Consequence of {finding.consequence_of}" if finding.consequence_of else "Also found"
@@ -59,7 +75,7 @@ def render_finding(finding: Finding, s: _Style, number: int, many_sources: bool,
         ranks = f" on ranks {', '.join(map(str, finding.ranks))}" if len(finding.ranks) > 1 else ""
         lines.append("  " + s("Evidence", "bold") + s(f" ({finding.evidence_count} line{'s' if finding.evidence_count != 1 else ''}{ranks})", "dim") + ":")
         for ref in finding.evidence:
-            lines.append(_evidence_line(s, ref.source, ref.line, ref.rank, ref.text, many_sources))
+            lines.append(_evidence_line(s, ref.source, ref.line, ref.rank, ref.text, only_source))
         if more > 0:
             lines.append("    " + s(f"… and {more} more", "dim"))
     if verbose and finding.fixes:
@@ -82,7 +98,7 @@ def render(findings: list[Finding], sources: list[str], notes: list[str], color:
     """The whole terminal report; markup only when `color`."""
     s = _Style(color)
     out: list[str] = []
-    many = len(sources) > 1
+    only = sources[0] if len(sources) == 1 else None
     if not findings:
         out.append(s("No known failure found", "bold green") + " in " + s.plain(", ".join(sources) or "the input") + ".")
         out.append(s("gpufix matched no rule; if this is a failure, `gpufix rules list` shows what it knows.", "dim"))
@@ -93,7 +109,7 @@ def render(findings: list[Finding], sources: list[str], notes: list[str], color:
         for number, finding in enumerate(findings, 1):
             if number > 1:
                 out.append("")
-            out.extend(render_finding(finding, s, number, many, verbose=verbose or number == 1))
+            out.extend(render_finding(finding, s, number, only, verbose=verbose or number == 1))
     for note in notes:
         out.append(s(f"note: {note}", "dim"))
     return "\n".join(out) + "\n"
