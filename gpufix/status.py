@@ -232,16 +232,16 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
     if not telemetry.is_file():
         return [], []
     from gpufix.telemetry.replay import iter_lines
-    from gpufix.telemetry.series import job_gpus_in
+    from gpufix.telemetry.series import JobGpus
 
     per_gpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
     last_of: dict[str, dict[str, float]] = {}
     notes: list[str] = []
-    job: set[str] = set()  # GPUs the job's processes were seen on (empty: unknown)
+    seen = JobGpus()
     names: dict[str, str] = {}
     for _line, t, obj in iter_lines(str(telemetry)):
         if "processes" in obj:
-            job.update(str(g) for g in job_gpus_in(obj))
+            seen.add(obj)
         elif isinstance(obj.get("gpus"), list):
             names.update((str(g.get("gpu")), str(g["name"])) for g in obj["gpus"] if isinstance(g, dict) and g.get("name"))
         elif "gpu" in obj and "event" not in obj:
@@ -254,6 +254,7 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
                     last_of.setdefault(gpu, {})[field] = value
         elif isinstance(obj.get("note"), str):
             notes.append(obj["note"])
+    job = {str(g) for g in seen.result() or ()}  # empty: the record does not say
     out = []
     for gpu in sorted(per_gpu, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g)):
         fields = per_gpu[gpu]

@@ -157,3 +157,13 @@ def test_odd_process_and_identity_lines_are_skipped_not_fatal(tmp_path: Path) ->
     from gpufix.telemetry.replay import read_telemetry
 
     assert read_telemetry(str(record / "telemetry.jsonl")).identities == ()
+
+
+def test_pids_outrank_device_files_which_name_every_visible_gpu(tmp_path: Path) -> None:
+    # Early in the run the driver did not list the job yet: its device files named all 4 GPUs.
+    lines = [{"t": 1000.0, "processes": [], "other_processes": 0, "device_files": [0, 1, 2, 3]},
+             {"t": 1005.0, "processes": [{"gpu": 2, "pid": 7, "used_mib": 900}], "other_processes": 0}]
+    lines += [gpu(1000.0 + i, g) for i in range(3) for g in range(4)]
+    evidence = telemetry_evidence(str(write_record(tmp_path, lines) / "telemetry.jsonl"))
+    assert evidence.job_gpus == frozenset({2})
+    assert {s.group for s in evidence.series["gpu.util_gpu_pct"]} == {"2"}

@@ -48,7 +48,7 @@ def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidenc
     jobs on a shared node - are left out: their idling, throttling or Xids are not this job's."""
     out: dict[str, list[Sample]] = {}
     label = source or path
-    job: set[int] = set()
+    seen = JobGpus()
     pci: dict[int, tuple[str, str]] = {}  # GPU index -> (PCI bus id, name)
     xids: list[tuple[int, float, int | None, int]] = []
 
@@ -57,7 +57,7 @@ def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidenc
 
     for line, t, obj in iter_lines(path):
         if "processes" in obj:
-            job.update(job_gpus_in(obj))
+            seen.add(obj)
         elif obj.get("event") == "xid":
             if isinstance(obj.get("xid"), int):
                 xids.append((line, t, obj.get("gpu") if isinstance(obj.get("gpu"), int) else None, obj["xid"]))
@@ -86,21 +86,35 @@ def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidenc
                 value = obj["host"].get(field)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     add(f"host.{field}", t, value, None, line)
+    job = seen.result()
     if job:
         keep = {str(g) for g in job}
         out = {name: [x for x in samples if x.group is None or x.group in keep] for name, samples in out.items()}
     lines = [(line, _xid_line(gpu, xid, pci.get(gpu) if gpu is not None else None, t))
              for line, t, gpu, xid in xids if not job or gpu is None or gpu in job]
-    return TelemetryEvidence(out, frozenset(job) if job else None, [(n, text) for n, text in lines if text])
+    return TelemetryEvidence(out, job, [(n, text) for n, text in lines if text])
 
 
-def job_gpus_in(obj: dict[str, Any]) -> set[int]:
-    """The GPUs a `processes` line says the job used: by PID, or by its open device files."""
-    procs, files = obj.get("processes"), obj.get("device_files")
-    out = {p["gpu"] for p in procs if isinstance(p, dict) and isinstance(p.get("gpu"), int)} if isinstance(procs, list) else set()
-    if isinstance(files, list):
-        out.update(g for g in files if isinstance(g, int) and not isinstance(g, bool))
-    return out
+class JobGpus:
+    """The GPUs the record's `processes` lines say the job used. By PID where the driver named the
+    job's processes; only where it never did (a container's PID namespace) by the device files the
+    job held open, which name every GPU CUDA let it see (all of them, early in a run, before the
+    driver lists the process)."""
+
+    def __init__(self) -> None:
+        self.by_pid: set[int] = set()
+        self.by_files: set[int] = set()
+
+    def add(self, obj: dict[str, Any]) -> None:
+        procs, files = obj.get("processes"), obj.get("device_files")
+        if isinstance(procs, list):
+            self.by_pid.update(p["gpu"] for p in procs if isinstance(p, dict) and isinstance(p.get("gpu"), int))
+        if isinstance(files, list):
+            self.by_files.update(g for g in files if isinstance(g, int) and not isinstance(g, bool))
+
+    def result(self) -> frozenset[int] | None:
+        """None when the record does not say."""
+        return frozenset(self.by_pid or self.by_files) or None
 
 
 def _xid_line(gpu: int | None, xid: int, where: tuple[str, str] | None, t: float) -> str | None:
