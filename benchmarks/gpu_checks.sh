@@ -32,6 +32,7 @@ check slow-loader    DAT010 fixtures/training/slow_loader_gpu.py
 check cpu-fallback   ENV031 fixtures/training/cpu_on_gpu_machine.py
 check memory-creep   MEM020 fixtures/training/memory_creep_gpu.py
 check device-assert  KRN003 fixtures/training/device_assert_train.py
+check amp-overflow   NUM009 fixtures/training/amp_overflow_train.py --cuda
 timeout 60 $py benchmarks/gpu_attribution_check.py >"$out/attribution.out" 2>&1
 echo "attribution exit $?:"; cat "$out/attribution.out"
 timeout 200 $py -m pytest -q -m gpu -p no:cacheprovider tests >"$out/pytest-gpu.log" 2>&1
