@@ -239,9 +239,12 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
     notes: list[str] = []
     seen = JobGpus()
     names: dict[str, str] = {}
+    xids: dict[str, list[dict[str, Any]]] = {}
     for _line, t, obj in iter_lines(str(telemetry)):
         if "processes" in obj:
             seen.add(obj)
+        elif obj.get("event") == "xid" and isinstance(obj.get("xid"), int):
+            xids.setdefault(str(obj.get("gpu")), []).append({"t": t, "xid": obj["xid"]})
         elif isinstance(obj.get("gpus"), list):
             names.update((str(g.get("gpu")), str(g["name"])) for g in obj["gpus"] if isinstance(g, dict) and g.get("name"))
         elif "gpu" in obj and "event" not in obj:
@@ -264,6 +267,7 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
             entry[key] = _summary(sorted(fields.get(field, [])))
         entry["memory_total_mib"] = last_of.get(gpu, {}).get("memory_total_mib")
         entry["power_limit_w"] = last_of.get(gpu, {}).get("power_limit_w")
+        entry["xids"] = xids.get(gpu, [])
         out.append(entry)
     return out, notes
 
@@ -440,6 +444,11 @@ def render_text(doc: dict[str, Any]) -> str:
             lo, hi = _scale(gpu, GPU_FIELDS[field][1], GPU_FIELDS[field][2])
             lines.append(f"    {label:<7} {now_text(summary):>14}  {sparkline(summary['values'], lo=lo, hi=hi)}  "
                          f"({range_text(summary)})")
+        if gpu.get("xids"):
+            events = gpu["xids"]
+            shown = ", ".join(f"{e['xid']} at {time.strftime('%H:%M:%S', time.gmtime(e['t']))}Z" for e in events[:5])
+            more = f" and {len(events) - 5} more" if len(events) > 5 else ""
+            lines.append(f"    Xid     {shown}{more}")
 
     lines += ["", "Findings"]
     if not doc["findings"]:

@@ -153,11 +153,14 @@ def test_text_output_has_sparklines_numbers_and_the_finding(record: Path) -> Non
 def test_the_jobs_gpus_are_told_from_another_jobs(tmp_path: Path) -> None:
     gpus = {"t": START, "gpus": [{"gpu": g, "name": "NVIDIA H200", "pci_bus_id": f"00000000:{g + 1:02X}:00.0"} for g in (0, 1)]}
     seen = {"t": START + 2, "processes": [], "other_processes": 2, "device_files": [0]}  # found through /dev/nvidia0
-    record = write_record(tmp_path / "20250114T093000Z-train-def456", None, first_lines=(gpus, seen))
+    xid = {"t": START + 30, "event": "xid", "gpu": 0, "xid": 79}
+    record = write_record(tmp_path / "20250114T093000Z-train-def456", None, first_lines=(gpus, seen, xid))
     doc = status(record)
     assert [(g["gpu"], g["name"], g["job"]) for g in doc["gpus"]] == [(0, "NVIDIA H200", True), (1, "NVIDIA H200", False)]
     text = run_gpufix("status", str(record)).stdout.decode()
     assert "  GPU 0  NVIDIA H200\n" in text and "  GPU 1  NVIDIA H200  (not this job's)\n" in text
+    assert doc["gpus"][0]["xids"] == [{"t": START + 30, "xid": 79}] and doc["gpus"][1]["xids"] == []
+    assert "    Xid     79 at 09:30:30Z\n" in text
     assert status(write_record(tmp_path / "plain", None))["gpus"][0]["job"] is None  # not known: not guessed
 
 
