@@ -12,6 +12,7 @@ sample, Xid events through an NVML event set, the process list on demand).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
@@ -290,15 +291,17 @@ class NvmlTelemetrySource:
                 self._events = None
         return None
 
-    def sample(self, now: float) -> list[GpuSample]:
+    def _live(self) -> Iterator[tuple[NvmlQuery, int, Any, str]]:
+        """(query, index, handle, label) of each GPU not lost; none before open() or after close()."""
         q = self._q
-        if q is None:
-            return []
-        out = []
-        for index, h in self._handles:
+        for index, h in self._handles if q is not None else ():
             at = f"GPU{index}"
-            if at in q.lost:
-                continue
+            if q is not None and at not in q.lost:
+                yield q, index, h, at
+
+    def sample(self, now: float) -> list[GpuSample]:
+        out = []
+        for q, index, h, at in self._live():
             util = q.call(at, "nvmlDeviceGetUtilizationRates", h)
             mem = q.call(at, "nvmlDeviceGetMemoryInfo", h)
             power = q.call(at, "nvmlDeviceGetPowerUsage", h)
@@ -350,14 +353,8 @@ class NvmlTelemetrySource:
         return [XidEvent(t=time.time(), gpu=_int(gpu), xid=int(data.eventData))]
 
     def processes(self) -> list[GpuProcessUse]:
-        q = self._q
-        if q is None:
-            return []
         out: list[GpuProcessUse] = []
-        for index, h in self._handles:
-            at = f"GPU{index}"
-            if at in q.lost:
-                continue
+        for q, index, h, at in self._live():
             seen: set[int] = set()
             for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
                 for proc in q.call(at, name, h) or []:
@@ -369,12 +366,8 @@ class NvmlTelemetrySource:
         return out
 
     def identities(self) -> list[GpuIdentity]:
-        q = self._q
-        if q is None:
-            return []
         out = []
-        for index, h in self._handles:
-            at = f"GPU{index}"
+        for q, index, h, at in self._live():
             pci = q.call(at, "nvmlDeviceGetPciInfo", h)
             out.append(GpuIdentity(
                 gpu=index, name=_text(q.call(at, "nvmlDeviceGetName", h)), uuid=_text(q.call(at, "nvmlDeviceGetUUID", h)),

@@ -45,6 +45,15 @@ def _torch_imported(torch, import_s):
         pass
 
 
+def stand_in(wrapper, real):
+    """Make `wrapper` pass for the method it replaces (name, docstring, `__wrapped__`): help(),
+    tracebacks and introspection of the job see the real one's identity."""
+    wrapper.__qualname__ = getattr(real, "__qualname__", wrapper.__qualname__)
+    wrapper.__doc__ = getattr(real, "__doc__", None)
+    wrapper.__wrapped__ = real
+    return wrapper
+
+
 def own_file(filename):
     """True for a file of this package: its frames are removed from tracebacks the job prints."""
     return filename.startswith(_HERE)

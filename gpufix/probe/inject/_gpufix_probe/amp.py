@@ -29,6 +29,8 @@ import math
 import struct
 import weakref
 
+from _gpufix_probe import stand_in
+
 _F32 = struct.Struct("f")
 
 
@@ -254,9 +256,7 @@ def install(probe):
         return result
 
     for wrapper, real in ((step, real_step), (update, real_update), (load_state_dict, real_load)):
-        wrapper.__qualname__ = getattr(real, "__qualname__", wrapper.__qualname__)
-        wrapper.__doc__ = real.__doc__
-        wrapper.__wrapped__ = real
+        stand_in(wrapper, real)
     watcher.update_wrapper = update
     watcher.load_wrapper = load_state_dict
     cls.step = step

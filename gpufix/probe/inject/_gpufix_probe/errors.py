@@ -208,9 +208,7 @@ def install(probe):
                 except Exception as error:
                     probe.fail("ExceptionWrapper", error)
 
-        __init__.__qualname__ = real_init.__qualname__
-        __init__.__wrapped__ = real_init
-        wrapper_class.__init__ = __init__
+        wrapper_class.__init__ = _gpufix_probe.stand_in(__init__, real_init)
 
 
 def _clean(exc, tb):

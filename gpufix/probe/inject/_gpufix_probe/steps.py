@@ -18,7 +18,7 @@ import os
 import time
 import weakref
 
-from _gpufix_probe import cudamem
+from _gpufix_probe import cudamem, stand_in
 
 PER_STEP_RECORDS = 100
 AGGREGATE_S = 1.0
@@ -392,8 +392,6 @@ def install(probe):
         return batch
 
     for wrapper, real in ((__init__, real_init), (__next__, real_next)):
-        wrapper.__qualname__ = getattr(real, "__qualname__", wrapper.__qualname__)
-        wrapper.__doc__ = real.__doc__
-        wrapper.__wrapped__ = real
+        stand_in(wrapper, real)
     base.__init__ = __init__
     base.__next__ = __next__
