@@ -161,6 +161,23 @@ def _holds(op: str, left: float, right: float) -> bool:
             "==": left == right, "!=": left != right}[op]
 
 
+def describe(cond: SeriesCondition) -> str:
+    """A condition in words, for rule docs: 'series probe.data_wait_frac: median over the whole
+    run >= 0.3, per rank, at least 20 samples (as wait)'."""
+    window = "over the whole run" if cond.window_s is None else f"over {_fmt(cond.window_s)} s windows"
+    text = f"series {cond.series}: {cond.agg} {window}"
+    if cond.compare == "others":
+        text += " relative to the other groups' median"
+    text += f" {cond.op} {_fmt(cond.value)}"
+    if cond.for_s:
+        text += f", holding for {_fmt(cond.for_s)} s"
+    if cond.per != "none":
+        text += f", per {cond.per}"
+    if cond.min_samples > 1:
+        text += f", at least {cond.min_samples} samples"
+    return text + (f" (as {cond.name})" if cond.name != "value" else "")
+
+
 def _fmt(value: float) -> str:
     if math.isnan(value):
         return "n/a"

@@ -205,3 +205,7 @@ def test_rules_list_and_show() -> None:
     assert run_gpufix("rules", "show", "cuda-out-of-memory").stdout == shown.stdout
     missing = run_gpufix("rules", "show", "ZZZ999")
     assert missing.returncode == 2 and b"no rule 'ZZZ999'" in missing.stderr
+    measured = run_gpufix("rules", "show", "PRF001").stdout
+    assert (b"    - series gpu.throttle_thermal: mean over 60 s windows >= 0.5, holding for 60 s, per gpu, "
+            b"at least 30 samples (as thermal)\n") in measured
+    assert b"    - \n" not in measured

@@ -14,7 +14,11 @@ def _matchers(group: Group, indent: str = "  ") -> list[str]:
             continue
         out.append(f"{indent}{key}:")
         for node in nodes:
-            if isinstance(node, Leaf):
+            if isinstance(node, Leaf) and node.series is not None:
+                from gpufix.series import describe
+
+                out.append(f"{indent}  - " + describe(node.series))
+            elif isinstance(node, Leaf):
                 parts = [f"{k} /{v}/" for k, v in (("line", node.line), ("exception", node.exception), ("message", node.message)) if v]
                 out.append(f"{indent}  - " + ", ".join(parts) + (" (ignore case)" if node.ignore_case else ""))
             else:
