@@ -33,11 +33,11 @@ class _Result:
         self.unevaluated: list[str] = []  # series conditions with too few samples to judge
 
 
-def _series_leaf(leaf: Leaf, evidence: Evidence) -> _Result:
+def _series_leaf(leaf: Leaf, evidence: Evidence, bound: dict[str, str]) -> _Result:
     from gpufix.series import evaluate
 
     samples = evidence.series.get(leaf.series.series, [])
-    outcome = evaluate(leaf.series, samples)
+    outcome = evaluate(leaf.series, samples, prefer=bound.get(leaf.series.per))
     result = _Result(outcome.status == "matched", count=len(outcome.evidence))
     if outcome.status == "not_evaluated" and samples:
         # A series with some samples, too few to judge, is worth saying; a series the input
@@ -49,9 +49,10 @@ def _series_leaf(leaf: Leaf, evidence: Evidence) -> _Result:
     return result
 
 
-def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord]) -> _Result:
+def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord],
+          bound: dict[str, str]) -> _Result:
     if leaf.series is not None:
-        return _series_leaf(leaf, evidence)
+        return _series_leaf(leaf, evidence, bound)
     if leaf.line is not None:
         index = ruleset.line_index(leaf)
         hits = evidence.hits.get(index, [])
@@ -83,13 +84,23 @@ def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[Exc
     return result
 
 
-def _group(group: Group, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord]) -> _Result:
-    def run(node: Leaf | Group) -> _Result:
-        if isinstance(node, Group):
-            return _group(node, evidence, ruleset, exceptions)
-        return _leaf(node, evidence, ruleset, exceptions)
-
+def _group(group: Group, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord],
+           bound: dict[str, str] | None = None) -> _Result:
+    """Match a group. `bound` holds the fields matched so far (the first value of each), so a
+    series condition judged per GPU or rank takes its numbers from the one already named."""
     out = _Result(True)
+
+    def run(node: Leaf | Group) -> _Result:
+        if isinstance(node, Leaf) and node.series is None:
+            return _leaf(node, evidence, ruleset, exceptions, {})  # only series leaves look at it
+        now = dict(bound or {})
+        for groups in out.groups:
+            for key, value in groups.items():
+                now.setdefault(key, value)
+        if isinstance(node, Group):
+            return _group(node, evidence, ruleset, exceptions, now)
+        return _leaf(node, evidence, ruleset, exceptions, now)
+
     for node in group.all:
         result = run(node)
         if not result.matched:

@@ -207,8 +207,10 @@ def _group_values(cond: SeriesCondition, groups: dict[str, list[Sample]]) -> dic
             for g, ss in groups.items()}
 
 
-def evaluate(cond: SeriesCondition, samples: Sequence[Sample]) -> SeriesResult:
-    """Judge one condition over its samples (any order; grouped per `cond.per`)."""
+def evaluate(cond: SeriesCondition, samples: Sequence[Sample], prefer: str | None = None) -> SeriesResult:
+    """Judge one condition over its samples (any order; grouped per `cond.per`). Its fields come
+    from the first group that matched, or from `prefer` when that group matched too: the GPU or
+    rank an earlier condition of the rule picked, so one message does not mix two ranks' numbers."""
     groups: dict[str, list[Sample]] = {}
     for sample in sorted(samples, key=lambda s: s.t):
         key = "all" if cond.per == "none" else (sample.group if sample.group is not None else "?")
@@ -234,7 +236,7 @@ def evaluate(cond: SeriesCondition, samples: Sequence[Sample]) -> SeriesResult:
                 run_start = None
     if not matches:
         return SeriesResult("not_matched", {}, [])
-    group, first, last, value = matches[0]
+    group, first, last, value = next((m for m in matches if m[0] == prefer), matches[0])
     fields = {cond.name: _fmt(value), f"{cond.name}_for_s": _fmt(last.t - first.t)}
     if cond.per != "none":
         fields[cond.per] = group

@@ -126,3 +126,22 @@ def test_series_leaves_are_validated(tmp_path: Path, old: str, new: str, message
     path.write_text(RULE.replace(old, new))
     _entries, problems = validate_files([str(path)])
     assert any(message in p for p in problems), problems
+
+
+def test_a_later_condition_takes_the_group_an_earlier_one_named() -> None:
+    """DAT010 on two ranks: rank 3 starves, rank 0 does not; the num_workers quoted is rank 3's."""
+    ruleset = load_ruleset(use_cache=False)
+    evidence = Evidence()
+
+    def probe(values: list[float], rank: str) -> list[Sample]:
+        return [Sample(1000.0 + i, v, rank, "probe-7.jsonl", i + 1) for i, v in enumerate(values)]
+
+    evidence.series["probe.data_wait_frac"] = probe([0.1] * 30, "0") + probe([0.6] * 30, "3")
+    evidence.series["probe.num_workers"] = probe([8] * 30, "0") + probe([2] * 30, "3")
+    (finding,) = [f for f in diagnose(evidence, ruleset) if f.code == "DAT010"]
+    assert finding.fields["rank"] == "3" and finding.fields["workers"] == "2", finding.fields
+    assert "Rank 3 spent 60% of each training step waiting for the next batch (median), with num_workers=2" in finding.message
+    prefer = SeriesCondition("probe.num_workers", "last", ">=", 0, window_s=None, per="rank", name="workers")
+    assert evaluate(prefer, evidence.series["probe.num_workers"]).fields["rank"] == "0"  # no preference: the first
+    assert evaluate(prefer, evidence.series["probe.num_workers"], prefer="3").fields["workers"] == "2"
+    assert evaluate(prefer, evidence.series["probe.num_workers"], prefer="9").fields["rank"] == "0"  # not matched: first
