@@ -177,7 +177,8 @@ def _add_series(evidence: Evidence, series: dict[str, list]) -> None:  # type: i
 
 
 def _output_rate(record_dir: str) -> dict[str, list]:  # type: ignore[type-arg]
-    """Bytes the job wrote per second of its run, from the record's output index."""
+    """Bytes the job wrote per second of its run, from the record's output index, and the share
+    of each second it was held up by its output (gpufix waiting on a slow reader: result.json)."""
     from gpufix.record.layout import iter_chunks
     from gpufix.series import Sample
 
@@ -188,7 +189,24 @@ def _output_rate(record_dir: str) -> dict[str, list]:  # type: ignore[type-arg]
         return {}
     index = os.path.join(record_dir, "output.idx")
     last = max(per_second)
-    return {"output.bytes_per_s": [Sample(float(t), float(per_second.get(t, 0)), None, index, 0) for t in range(last + 1)]}
+    out = {"output.bytes_per_s": [Sample(float(t), float(per_second.get(t, 0)), None, index, 0) for t in range(last + 1)]}
+    blocked = _output_blocked(os.path.join(record_dir, "result.json"))
+    if blocked:
+        result = os.path.join(record_dir, "result.json")
+        out["output.blocked_frac"] = [Sample(float(t), min(1.0, blocked.get(t, 0.0)), None, result, 0)
+                                      for t in range(max(last, max(blocked)) + 1)]
+    return out
+
+
+def _output_blocked(result_path: str) -> dict[int, float]:
+    import json
+
+    try:
+        with open(result_path, encoding="utf-8") as f:
+            raw = json.load(f).get("output_blocked_s") or {}
+        return {int(second): float(waited) for second, waited in raw.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
 
 
 def _add_probe(evidence: Evidence, probe_dir: str) -> None:

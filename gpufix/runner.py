@@ -157,6 +157,9 @@ def _open_record(parent: str, name: str, no_record: bool, started_unix: float) -
 _SHOWN_ON_SUCCESS = ("critical", "error", "warning")
 
 
+OUTPUT_BLOCKED_NOTABLE_S = 1.0  # a successful job held up this long by its own output is diagnosed
+
+
 def _has_measurements(record_dir: str) -> bool:
     """Whether the record holds GPU samples (a machine without GPUs records host lines only) or
     what the probe measured inside the job (it writes only once torch was imported)."""
@@ -349,6 +352,8 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
         "signal": signal.Signals(result.signal).name if result.signal else None,
         "duration_s": round(result.duration_s, 3), "end_utc": end_utc,
         "spawn_error": result.spawn_error, "output_bytes": result.output_bytes,
+        "output_blocked_s": {str(second): round(waited, 3) for second, waited in sorted(result.output_blocked_s.items())
+                             if waited >= 0.001},
         "record_dropped_bytes": dropped,
         "forwarded_signals": [signal.Signals(s).name for s in result.forwarded_signals],
         "diagnosed": False, "findings": [], "summary": None,
@@ -358,8 +363,10 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     text = ""
     # A failed job is always diagnosed. A successful one only when something was measured (GPU
     # telemetry, the probe): a GPU throttled, idle or never used, a starving loader, a leak.
-    measured = not failed and _has_measurements(record.path)
+    blocked = sum(result.output_blocked_s.values())
+    measured = not failed and (_has_measurements(record.path) or blocked >= OUTPUT_BLOCKED_NOTABLE_S)
     if (failed or measured) and not result.spawn_error:
+        record.write_result(fields)  # the diagnosis reads output_blocked_s from it
         try:
             diagnosis, text = _diagnose(record, result, only_warnings=not failed)
             fields.update(diagnosis)

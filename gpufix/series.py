@@ -74,7 +74,7 @@ SERIES: dict[str, str] = {
     "gpu.pcie_gen_frac": "gpu", "gpu.pcie_width_frac": "gpu",
     "gpu.ecc_uncorrected": "gpu",
     "host.cpu_pct": "none", "host.rss_mib": "none",
-    "output.bytes_per_s": "none",
+    "output.bytes_per_s": "none", "output.blocked_frac": "none",
     "probe.step_time_s": "rank", "probe.data_wait_s": "rank", "probe.data_wait_frac": "rank",
     "probe.cuda_allocated_mib": "rank", "probe.cuda_reserved_mib": "rank", "probe.cuda_peak_mib": "rank",
     "probe.batch_size": "rank", "probe.num_workers": "rank", "probe.rss_mib": "rank",

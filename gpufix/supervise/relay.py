@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 # the record's writer thread alike.
 CHUNK_BYTES = 65536
 MAX_CHUNK_BYTES = 1 << 20
+BLOCKED_AFTER_S = 0.0005  # a write this long waited for the reader (a plain write takes microseconds)
 
 
 class Stream:
@@ -50,6 +52,10 @@ class Relay:
         self.sink = sink
         self.last_byte: dict[int, int] = {}  # target fd -> last byte written there
         self.bytes_relayed = 0
+        # Seconds (since the job started) -> time spent blocked writing to our own stdout/stderr.
+        # While gpufix waits on a slow reader (a terminal over ssh, a notebook, a full pipe), the
+        # job's pipe fills and its next print blocks: this is how long its output held it up.
+        self.blocked_s: dict[int, float] = {}
 
     def pump(self, stream: Stream, now_s: float) -> bool:
         """Relay one chunk from `stream`; False once it is at EOF (or unreadable)."""
@@ -73,7 +79,12 @@ class Relay:
             self.sink(stream.name, data, now_s)
         if not stream.target_broken:
             try:
+                started = time.perf_counter()
                 _write_all(stream.target, data)
+                waited = time.perf_counter() - started
+                if waited > BLOCKED_AFTER_S:
+                    second = int(now_s)
+                    self.blocked_s[second] = self.blocked_s.get(second, 0.0) + waited
                 self.last_byte[stream.target] = data[-1]
             except OSError as exc:
                 if exc.errno not in (errno.EPIPE, errno.EIO, errno.ENXIO, errno.EBADF):
