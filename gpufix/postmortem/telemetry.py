@@ -1,9 +1,9 @@
 """Telemetry around a failure, from a record's `telemetry.jsonl` (written by `gpufix run`).
 
-Only GPU sample lines are read (`{"t": ..., "gpu": 0, "memory_used_mib": ..., ...}`); Xid
-events, process lists, host lines, notes and torn lines are skipped, and a record without the
-file simply has no telemetry. `t` is Unix seconds; a small `t` (seconds since the job started,
-as in older or replayed files) is placed after the record's start.
+GPU sample lines (`{"t": ..., "gpu": 0, "memory_used_mib": ..., ...}`) and Xid events are read,
+of the job's GPUs when the process lines name them; host lines, notes and torn lines are skipped,
+and a record without the file simply has no telemetry. `t` is Unix seconds; a small `t` (seconds
+since the job started, as in older or replayed files) is placed after the record's start.
 """
 
 from __future__ import annotations
@@ -20,17 +20,27 @@ _UNIX_FLOOR = 1e9  # 2001: anything smaller is relative to the job's start
 
 
 def read_samples(record_dir: str, started: datetime | None = None) -> list[dict[str, Any]]:
-    """The GPU samples of a record's telemetry.jsonl in file order; [] when there is none."""
+    """The GPU samples and Xid events (`"event": "xid"`) of a record's telemetry.jsonl in file
+    order, of the job's GPUs only where the record names them (docs/run-record.md); [] when
+    there is none."""
     from gpufix.telemetry.replay import iter_lines
+    from gpufix.telemetry.series import JobGpus
 
     path = os.path.join(record_dir, TELEMETRY_FILE)
     if not os.path.isfile(path):
         return []
+    seen = JobGpus()
+    found = []
     try:
-        return [obj for _line, _t, obj in iter_lines(path)
-                if isinstance(obj.get("gpu"), int) and "event" not in obj and "processes" not in obj]
+        for _line, _t, obj in iter_lines(path):
+            if "processes" in obj:
+                seen.add(obj)
+            elif isinstance(obj.get("gpu"), int) and obj.get("event", "xid") == "xid":
+                found.append(obj)
     except OSError:
         return []
+    job = seen.result()
+    return [obj for obj in found if obj["gpu"] in job] if job else found
 
 
 def sample_time(sample: dict[str, Any], started: datetime | None) -> datetime | None:
@@ -46,7 +56,7 @@ def summarise(samples: list[dict[str, Any]], end: datetime | None, window_s: flo
 
     Without `end` (a run with no known failure time) the window is the last one recorded.
     """
-    timed = [(sample_time(s, started), s) for s in samples]
+    timed = [(sample_time(s, started), s) for s in samples if "event" not in s]
     timed = [(t, s) for t, s in timed if t is not None]
     if not timed:
         return None
