@@ -5,6 +5,11 @@ run, and which failures make the exit status 1 (`--fail-on`).
 Runs arrive ordered by start time. The **last good run** is the latest succeeded run before the
 latest failure; the **first bad run** is the first failed run after it (the first failure of
 all when no run before it succeeded).
+
+A `succeeded_with_findings` run (exit 0, but gpufix found a problem) is neither: it is not good
+(the last good run is the newest one without a problem, the baseline the environment diff is
+taken from) and not a failure (not in `by_code`, `new` or `recurring`, and it never makes the
+exit status 1); it is counted under its own key.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufix.errors import GpufixError
+from gpufix.postmortem.analyze import STATUSES
 from gpufix.postmortem.runinfo import environment_diff
 from gpufix.postmortem.times import iso
 from gpufix.rules.model import CATEGORIES
@@ -81,8 +87,7 @@ def summarise_runs(runs: list[RunReport], fail_on: str = "any", history: dict[st
     diff = environment_diff(runs[good].environment, runs[bad].environment) if good is not None and bad is not None else []
     return {
         "runs": len(runs),
-        "failed": statuses.count("failed"), "succeeded": statuses.count("succeeded"),
-        "running": statuses.count("running"), "unknown": statuses.count("unknown"),
+        **{status: statuses.count(status) for status in STATUSES},
         "table": [{"id": r.id, "started": iso(r.started), "status": r.status,
                    "root_cause": r.root_cause.code if r.root_cause else None} for r in runs],
         "by_code": by_code,

@@ -25,6 +25,19 @@ from gpufix.record.layout import OUTPUT_LOG
 from gpufix.rules.model import RuleSet
 
 FAILING_SEVERITIES = ("error", "critical")
+# A run's status. `succeeded_with_findings`: the job ended well (exit 0, or a success marker) but
+# gpufix found a problem in it (a NaN loss in its output, a starving DataLoader measured by the
+# probe): its root cause and findings are reported like a failed run's, but it is not a failure
+# (--fail-on) and not a "good" run (across.py).
+SUCCEEDED_WITH_FINDINGS = "succeeded_with_findings"
+STATUSES = ("failed", "succeeded", SUCCEEDED_WITH_FINDINGS, "running", "unknown")
+
+
+def status_label(status: str) -> str:
+    """A status for people: `succeeded_with_findings` -> `succeeded with findings`."""
+    return status.replace("_", " ")
+
+
 _RANK_TEXT = re.compile(r"\b[Rr]ank[ :=]?(\d{1,5})\b")
 _XID_GPU = re.compile(r"NVRM: Xid \((PCI:[0-9a-fA-F:.]+)\)")
 _SYSLOG_HOST = re.compile(r"^\w{3} +\d+ \d\d:\d\d:\d\d (\S+) kernel:")
@@ -113,6 +126,7 @@ def analyze_run(group: RunGroup, files: list[FileResult], ruleset: RuleSet, wind
     record = read_record(group.record_dir) if group.record_dir else {}
     status, exit_status = _status(group, files, findings, record)
     started, ended = time_range(files, record)
+    # every status but a plain success has its root cause (succeeded_with_findings: failed_at is its problem's moment)
     root = next((f for f in findings if f.consequence_of is None), None) if status != "succeeded" else None
     culprit = _culprit(root, files) if root else None
     culprit_ranks = set((culprit or {}).get("ranks") or [])
@@ -138,7 +152,7 @@ def _status(group: RunGroup, files: list[FileResult], findings: list[Finding],
     if result is not None:
         code = result.get("exit_status")
         code = int(code) if isinstance(code, int) else None
-        return ("succeeded" if code == 0 else "failed"), code
+        return (_succeeded(findings) if code == 0 else "failed"), code
     if meta is not None and meta.get("status") == "running":
         return ("failed" if failing else "running"), None
     codes = [f.facts["exit_status"] for f in files if isinstance(f.facts.get("exit_status"), int)]
@@ -148,8 +162,13 @@ def _status(group: RunGroup, files: list[FileResult], findings: list[Finding],
     if failing or any(f.facts.get("failed_marker") for f in files):
         return "failed", None
     if codes or any(f.facts.get("success_marker") for f in files):
-        return "succeeded", 0 if codes else None
+        return _succeeded(findings), 0 if codes else None
     return "unknown", None
+
+
+def _succeeded(findings: list[Finding]) -> str:
+    """A run that ended well: `succeeded`, or `succeeded_with_findings` when gpufix found anything."""
+    return SUCCEEDED_WITH_FINDINGS if findings else "succeeded"
 
 
 def time_range(files: list[FileResult], record: dict[str, Any]) -> tuple[datetime | None, datetime | None]:

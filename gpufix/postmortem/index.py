@@ -10,7 +10,13 @@ a watchdog timeout on another" only fire on the merged evidence of all of a run'
 merge and the diagnosis are redone (both cheap) and only the scan (the expensive part) is cached.
 
 The index is a cache: a corrupt file is moved aside and rebuilt, a locked or unwritable one is
-skipped, each with a note; nothing here raises.
+skipped, each with a note; nothing here raises. An index of an older schema is upgraded in place
+(`_MIGRATIONS`); one of an unknown (newer) schema is moved aside and rebuilt.
+
+Schema 2 added the run status `succeeded_with_findings` (exit 0, but gpufix found a problem, with
+its root cause). Schema 1 stored such a run as `succeeded` without a root cause, so its
+`succeeded` rows may hide findings: the upgrade drops them (a run still on disk is recorded again
+by the post-mortem that upgrades the index) and keeps everything else (file scans, other runs).
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ if TYPE_CHECKING:
     from gpufix.rules.model import RuleSet
 
 INDEX_NAME = ".gpufix-index.sqlite"
-SCHEMA = 1
+SCHEMA = 2
+# from-version -> the statements that bring an index of that schema to the next one
+_MIGRATIONS = {
+    1: "DELETE FROM runs WHERE status='succeeded'",
+}
 # Bump when what a scan produces changes for the same patterns (logscan or facts.py).
 SCAN_FORMAT = 1
 
@@ -108,7 +118,7 @@ class Index:
                 db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
                 if row and row[0] != str(SCHEMA):
-                    raise sqlite3.DatabaseError(f"index schema {row[0]}, expected {SCHEMA}")
+                    self._upgrade(db, row[0])
                 db.commit()
                 return db
             except sqlite3.OperationalError as exc:
@@ -121,6 +131,16 @@ class Index:
                 if attempt or not self._move_aside(path, exc):
                     return None
         return None
+
+    @staticmethod
+    def _upgrade(db: sqlite3.Connection, found: str) -> None:
+        """Bring an index of an older schema to SCHEMA in place; DatabaseError when it cannot be."""
+        version = int(found) if found.isdigit() else None
+        if version is None or version > SCHEMA or any(v not in _MIGRATIONS for v in range(version, SCHEMA)):
+            raise sqlite3.DatabaseError(f"index schema {found}, expected {SCHEMA}")
+        for v in range(version, SCHEMA):
+            db.execute(_MIGRATIONS[v])
+        db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA),))
 
     def _move_aside(self, path: str, exc: Exception) -> bool:
         try:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufix.postmortem.analyze import RunReport
+from gpufix.postmortem.analyze import STATUSES, SUCCEEDED_WITH_FINDINGS, RunReport, status_label
 from gpufix.postmortem.core import Postmortem
 from gpufix.postmortem.times import iso
 from gpufix.report.markdown import _code
 from gpufix.report.text import _Style, render_finding
 
-_STATUS_STYLE = {"failed": "bold red", "succeeded": "green", "running": "yellow", "unknown": "dim"}
+_STATUS_STYLE = {"failed": "bold red", "succeeded": "green", SUCCEEDED_WITH_FINDINGS: "bold yellow",
+                 "running": "yellow", "unknown": "dim"}
 _UNITS = {"memory_used_mib": ("memory", " MiB"), "util_gpu_pct": ("util", " %"),
           "temperature_c": ("temp", " °C"), "power_w": ("power", " W")}
 
@@ -56,9 +57,10 @@ def _telemetry_lines(telemetry: dict[str, Any] | None) -> list[str]:
 def _run_facts(run: RunReport) -> list[str]:
     """The lines about one run that are not the finding itself (shared by both formats)."""
     out = []
-    ended = f"exit status {run.exit_status}" if run.exit_status is not None else run.status
+    ended = f"exit status {run.exit_status}" if run.exit_status is not None else status_label(run.status)
+    at = "failed at" if run.status != SUCCEEDED_WITH_FINDINGS else "problem at"
     out.append(f"started {_when(iso(run.started))}, {ended}"
-               + (f", failed at {_when(iso(run.failed_at))} ({run.failed_at_basis})" if run.failed_at else ""))
+               + (f", {at} {_when(iso(run.failed_at))} ({run.failed_at_basis})" if run.failed_at else ""))
     culprit = _culprit_text(run)
     if culprit:
         out.append(f"first failing (causally): {culprit}")
@@ -96,17 +98,18 @@ def _summary_lines(pm: Postmortem) -> list[str]:
 
 
 def render_text(pm: Postmortem, color: bool = False) -> str:
-    """The terminal report: summary table, cross-run findings, then each unsuccessful run."""
+    """The terminal report: summary table, cross-run findings, then each run that did not simply
+    succeed (failed, succeeded with findings, running, unknown)."""
     st = _Style(color)
     s = pm.summary
-    counts = ", ".join(f"{s[k]} {k}" for k in ("failed", "succeeded", "running", "unknown") if s[k])
+    counts = _counts(s)
     out = [st(f"gpufix postmortem: {s['runs']} run{'s' if s['runs'] != 1 else ''} ({counts})", "bold"), ""]
-    rows = [(r["id"], _when(r["started"]), r["status"], r["root_cause"] or "-") for r in s["table"]]
+    rows = [(r["id"], _when(r["started"]), status_label(r["status"]), r["root_cause"] or "-") for r in s["table"]]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(("run", "started", "status", "root cause"))]
     out.append(st("  ".join(h.ljust(w) for h, w in zip(("run", "started", "status", "root cause"), widths)).rstrip(), "bold"))
-    for row in rows:
+    for row, status in zip(rows, (r["status"] for r in s["table"])):
         cells = [st.plain(row[0].ljust(widths[0])), st.plain(row[1].ljust(widths[1])),
-                 st(row[2].ljust(widths[2]), _STATUS_STYLE.get(row[2], "")), st.plain(row[3])]
+                 st(row[2].ljust(widths[2]), _STATUS_STYLE.get(status, "")), st.plain(row[3])]
         out.append("  ".join(cells))
     summary = _summary_lines(pm)
     if summary:
@@ -115,7 +118,7 @@ def render_text(pm: Postmortem, color: bool = False) -> str:
     for run in pm.runs:
         if run.status == "succeeded":
             continue
-        out += ["", st(f"== {run.id}: {run.status} ==", _STATUS_STYLE.get(run.status, "bold"))]
+        out += ["", st(f"== {run.id}: {status_label(run.status)} ==", _STATUS_STYLE.get(run.status, "bold"))]
         out += ["  " + st.plain(line) for line in _run_facts(run)]
         if run.root_cause:
             out.append("")
@@ -136,21 +139,27 @@ def render_text(pm: Postmortem, color: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _counts(summary: dict[str, Any]) -> str:
+    """`4 failed, 2 succeeded, 1 succeeded with findings`: the statuses that occur, in a fixed order."""
+    return ", ".join(f"{summary[k]} {status_label(k)}" for k in STATUSES if summary.get(k))
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(pm: Postmortem) -> str:
-    """Markdown for an issue or a chat: a table, the cross-run findings, a section per failed run."""
+    """Markdown for an issue or a chat: a table, the cross-run findings, a section per run that did not simply
+    succeed (as in the terminal report)."""
     s = pm.summary
     out = ["# gpufix post-mortem", ""]
-    counts = ", ".join(f"{s[k]} {k}" for k in ("failed", "succeeded", "running", "unknown") if s[k])
+    counts = _counts(s)
     out += [f"{s['runs']} runs: {counts}.", "", "| run | started | status | root cause |", "|---|---|---|---|"]
     titles = {r.id: r.root_cause for r in pm.runs}
     for row in s["table"]:
         root = titles.get(row["id"])
         cause = f"`{root.code}` {_md_cell(root.title)}" if root else "—"
-        status = f"**{row['status']}**" if row["status"] == "failed" else row["status"]
+        status = f"**{row['status']}**" if row["status"] == "failed" else status_label(row["status"])
         out.append(f"| `{row['id']}` | {_when(row['started'])} | {status} | {cause} |")
     summary = _summary_lines(pm)
     if summary:
@@ -159,7 +168,7 @@ def render_markdown(pm: Postmortem) -> str:
     for run in pm.runs:
         if run.status == "succeeded":
             continue
-        out += ["", f"## `{run.id}`: {run.status}", ""]
+        out += ["", f"## `{run.id}`: {status_label(run.status)}", ""]
         out += [f"- {line}" for line in _run_facts(run)]
         root = run.root_cause
         if root:

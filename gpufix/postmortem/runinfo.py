@@ -21,6 +21,12 @@ CONTEXT_BEFORE = 200
 CONTEXT_AFTER = 50
 CONTEXT_LINE_CHARS = 2000
 ENV_KEYS = ("host", "driver", "cuda", "torch", "nccl", "gpu", "python")
+# gpufix's own variables in a record's environment: GPUFIX_* (GPUFIX_PROBE_DIR, set per record,
+# differs between any two runs) and the probe's folder, which `gpufix run` puts first on the job's
+# PYTHONPATH (gpufix.probe.probe_environb). The path is that of the installation that made the
+# record, so any `.../gpufix/probe/inject` entry is gpufix's, whichever venv it lives in.
+OWN_VARIABLE_PREFIX = "GPUFIX_"
+_PROBE_ENTRY_TAIL = ("gpufix", "probe", "inject")
 
 
 def _json(path: str) -> dict[str, Any] | None:
@@ -127,8 +133,32 @@ def environment(record: dict[str, Any], files: list[FileResult]) -> dict[str, An
     return env
 
 
+def _is_probe_entry(entry: str) -> bool:
+    parts = [p for p in entry.replace("\\", "/").split("/") if p]
+    return tuple(parts[-3:]) == _PROBE_ENTRY_TAIL
+
+
+def users_variables(variables: dict[str, Any] | None) -> dict[str, Any]:
+    """A record's variables less gpufix's own: no GPUFIX_*, and PYTHONPATH without the probe's
+    entry (dropped when nothing else is on it), so only what the user set is compared."""
+    out = {}
+    for name, value in (variables or {}).items():
+        if name.upper().startswith(OWN_VARIABLE_PREFIX):
+            continue
+        if name == "PYTHONPATH" and isinstance(value, str):
+            entries = value.split(os.pathsep)
+            kept = [entry for entry in entries if not _is_probe_entry(entry)]
+            if len(kept) != len(entries):
+                if not any(kept):
+                    continue
+                value = os.pathsep.join(kept)
+        out[name] = value
+    return out
+
+
 def environment_diff(good: dict[str, Any], bad: dict[str, Any]) -> list[dict[str, Any]]:
-    """What differs between two runs' environments: the main keys, then packages and variables."""
+    """What differs between two runs' environments: the main keys, then packages and variables
+    (gpufix's own variables left out: `users_variables`)."""
     diff = []
     for key in ENV_KEYS:
         if good.get(key) != bad.get(key) and (good.get(key) or bad.get(key)):
@@ -136,6 +166,8 @@ def environment_diff(good: dict[str, Any], bad: dict[str, Any]) -> list[dict[str
     shown = {"torch"} | {d["key"] for d in diff}
     for group, prefix in (("packages", "package "), ("variables", "variable ")):
         a, b = good.get(group) or {}, bad.get(group) or {}
+        if group == "variables":
+            a, b = users_variables(a), users_variables(b)
         if not a and not b:
             continue
         for name in sorted(set(a) | set(b)):

@@ -25,14 +25,22 @@ MAX_PATHS = 12
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'none'; "
         "base-uri 'none'; form-action 'none'")
 _GOOD, _BAD = ("succeeded",), ("failed",)
+# exit 0, but gpufix found a problem: shown with its root cause like a failed run, marked apart
+_WITH_FINDINGS = "succeeded_with_findings"
+_STATUSES = ("failed", "succeeded", _WITH_FINDINGS, "running", "unknown")
 
 
 def _status_class(status: Any) -> str:
     return "bad" if status in _BAD else "good" if status in _GOOD else "other"
 
 
+def _status_label(status: Any) -> str:
+    """A status for people: `succeeded_with_findings` -> `succeeded with findings`."""
+    return str(status or "unknown").replace("_", " ")
+
+
 def _badge(status: Any) -> str:
-    return f'<span class="badge {_status_class(status)}">{esc(status or "unknown", 40)}</span>'
+    return f'<span class="badge {_status_class(status)}">{esc(_status_label(status), 40)}</span>'
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -65,6 +73,9 @@ def render_postmortem(doc: dict[str, Any], telemetry: dict[str, list[dict[str, A
     anchors = _Anchors(runs)
     failed = sum(1 for run in runs if run.get("status") in _BAD)
     title = f"gpufix postmortem: {failed} of {len(runs)} run{'s' if len(runs) != 1 else ''} failed"
+    with_findings = sum(1 for run in runs if run.get("status") == _WITH_FINDINGS)
+    if with_findings:
+        title += f", {with_findings} succeeded with findings"
     body = [f"<header><h1>{esc(title)}</h1>",
             f'<p class="meta">{_span_of(runs)}</p></header>',
             _summary_html(runs, summary, anchors)]
@@ -99,10 +110,10 @@ def _span_of(runs: list[dict[str, Any]]) -> str:
 def _summary_html(runs: list[dict[str, Any]], summary: dict[str, Any], anchors: _Anchors) -> str:
     out = ['<section id="summary"><h2>Summary</h2>', '<ul class="counts" aria-label="Run counts">']
     counts = [("runs", summary.get("runs", len(runs)), "")]
-    for status in ("failed", "succeeded", "running", "unknown"):
+    for status in _STATUSES:
         value = summary.get(status, sum(1 for run in runs if run.get("status") == status))
         if value or status in ("failed", "succeeded"):
-            counts.append((status, value, _status_class(status)))
+            counts.append((_status_label(status), value, _status_class(status)))
     out += [f'<li class="{css}"><strong>{esc(value, 20)}</strong> {esc(name)}</li>' for name, value, css in counts]
     out.append("</ul>")
     if not runs:
@@ -285,10 +296,11 @@ def _facts_html(run: dict[str, Any]) -> str:
         took = f" ({duration(float(run['duration_s']))})" if isinstance(run.get("duration_s"), (int, float)) else ""
         facts.append(("Ended", when(run.get("ended")) + took))
     if run.get("failed_at"):
+        label = "Problem at" if run.get("status") == _WITH_FINDINGS else "Failed at"
         basis = f' <span class="meta">from the {esc(run.get("failed_at_basis"), 60)}</span>' if run.get("failed_at_basis") else ""
         failed, started = to_epoch(run.get("failed_at")), to_epoch(run.get("started"))
         into = f" ({duration(failed - started)} into the run)" if failed is not None and started is not None and failed >= started else ""
-        facts.append(("Failed at", when(run.get("failed_at")) + into + basis))
+        facts.append((label, when(run.get("failed_at")) + into + basis))
     first = _dict(run.get("first_failing"))
     if run.get("first_failing_rank") is not None or first.get("ranks") or first.get("node") or first.get("gpu"):
         text = ranks_text(first.get("ranks") or ([run["first_failing_rank"]] if run.get("first_failing_rank") is not None else []))

@@ -3,29 +3,16 @@ measurements (telemetry, probe), not only its output.log."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from gpufix.postmortem.core import postmortem
 from gpufix.rules.model import RuleSet
 
+from .conftest import write_record as _record
+
 STACKS = Path(__file__).resolve().parents[2] / "fixtures" / "stacks"
 START = 1_764_500_000.0  # 2025-11-30T10:53:20Z
-
-
-def _record(root: Path, name: str, output: bytes, exit_status: int, telemetry: list[dict]) -> Path:
-    record = root / name
-    record.mkdir(parents=True)
-    stamp = "2025-11-30T10:53:20.000Z"
-    (record / "meta.json").write_text(json.dumps({"format": 1, "status": "finished", "name": "train",
-                                                  "command": ["python", "train.py"], "start_utc": stamp}))
-    (record / "output.log").write_bytes(output)
-    (record / "output.idx").write_text(json.dumps({"t": 1.0, "stream": "stdout", "offset": 0, "length": len(output)}) + "\n")
-    (record / "result.json").write_text(json.dumps({"exit_status": exit_status, "returncode": exit_status,
-                                                    "signal": None, "duration_s": 60.0, "findings": []}))
-    (record / "telemetry.jsonl").write_text("".join(json.dumps(line) + "\n" for line in telemetry))
-    return record
 
 
 def test_an_xid_seen_by_nvml_is_the_root_cause_with_its_time(tmp_path: Path, ruleset: RuleSet) -> None:
