@@ -139,7 +139,7 @@ def add_record_measurements(evidence: Evidence, record_dir: str, scanner: LogSca
                 evidence.merge(_scan_at_lines(scanner, measured.xid_lines, telemetry))
         _add_series(evidence, _output_rate(record_dir))
         if os.path.isdir(probe_dir):
-            _add_probe(evidence, probe_dir)
+            _add_probe(evidence, probe_dir, scanner)
     except OSError as exc:
         evidence.notes.append(f"{record_dir}: cannot read its measurements ({exc.strerror or exc})")
 
@@ -209,17 +209,20 @@ def _output_blocked(result_path: str) -> dict[int, float]:
         return {}
 
 
-def _add_probe(evidence: Evidence, probe_dir: str) -> None:
-    from gpufix.probe.read import read_probe_exceptions, read_probe_facts, read_probe_series
+def _add_probe(evidence: Evidence, probe_dir: str, scanner: LogScanner) -> None:
+    from gpufix.probe.read import nonfinite_lines, read_probe_exceptions, read_probe_facts, read_probe_series
     from gpufix.series import Sample
 
     _add_series(evidence, read_probe_series(probe_dir))
+    for path, lines in nonfinite_lines(probe_dir).items():
+        evidence.merge(_scan_at_lines(scanner, lines, path))
     facts = read_probe_facts(probe_dir)
     if facts.get("found"):
         if facts.get("torch"):
             evidence.facts.setdefault("torch_version", str(facts["torch"]))
             evidence.facts.setdefault("torch_cuda_build", str(facts.get("cuda_build") or "none"))
-        _add_loader_facts(evidence, facts.get("loaders") or [])
+        _add_loader_facts(evidence, facts.get("loaders") or [], facts)
+        _add_run_facts(evidence, facts, probe_dir)
         has_cuda = bool(facts.get("cuda_build")) if facts.get("torch") else None
         for name, value in (("probe.gpu_visible", facts.get("device_count")),
                             ("probe.cuda_ever_allocated", facts.get("cuda_ever_allocated")),
@@ -244,10 +247,32 @@ def _add_probe(evidence: Evidence, probe_dir: str) -> None:
 _LOADER_SETTINGS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size")
 
 
-def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]]) -> None:
+def _add_run_facts(evidence: Evidence, facts: dict[str, object], probe_dir: str) -> None:
+    """What the probe measured of the run as a whole, so fixes fit it: the precision it trained
+    in, whether it used a GPU at all, whether it iterated a DataLoader, and each process's total
+    data wait (`probe.data_wait_total_s`: a slow-loader finding needs enough wait to win back)."""
+    from gpufix.series import Sample
+
+    if facts.get("precision"):
+        evidence.facts.setdefault("precision", str(facts["precision"]))
+    if facts.get("steps"):
+        if facts.get("cuda_ever_allocated") is not None:
+            evidence.facts.setdefault("gpu_used", "yes" if facts["cuda_ever_allocated"] else "no")
+        evidence.facts.setdefault("loader_used", "yes" if facts.get("loaders") else "no")
+    for process in facts.get("processes") or ():  # type: ignore[attr-defined]
+        total = process.get("data_wait_total_s")
+        if isinstance(total, (int, float)) and process.get("steps"):
+            rank = process.get("rank")
+            group = str(rank) if isinstance(rank, int) else "0"
+            evidence.series.setdefault("probe.data_wait_total_s", []).append(
+                Sample(0.0, float(total), group, str(process.get("file") or probe_dir), int(process.get("last_line") or 0)))
+
+
+def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]], facts: dict[str, object]) -> None:
     """The training loader's settings as facts, so a finding names them and a fix already in
     place (pin_memory=True) is not advised again. The first loader iterated is taken as the
-    training one (validation loaders come later in nearly every loop)."""
+    training one (validation loaders come later in nearly every loop). `workers_suggested` is a
+    worker count within the CPUs usable by each training process (one left for the main loop)."""
     if not loaders:
         return
     loader = loaders[0]
@@ -258,6 +283,9 @@ def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]]) -> N
         evidence.facts.setdefault("loader_pin_memory", str(loader["pin_memory"]))
     if isinstance(loader.get("cpus_usable"), int):
         evidence.facts.setdefault("cpus_usable", str(loader["cpus_usable"]))
+        ranks = facts.get("ranks") or [0]
+        per_process = loader["cpus_usable"] // max(1, len(ranks))  # type: ignore[arg-type]
+        evidence.facts.setdefault("workers_suggested", str(max(1, min(8, per_process - 1))))
 
 
 def _open(path: str) -> BinaryIO:

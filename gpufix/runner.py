@@ -175,6 +175,18 @@ def _has_measurements(record_dir: str) -> bool:
         return False
 
 
+_INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def interruption(result: JobResult) -> str | None:
+    """The signal gpufix passed on that ended the job (Ctrl-C, a scheduler's TERM), or None: a job
+    that exited non-zero after gpufix forwarded it INT, TERM, HUP or QUIT was interrupted."""
+    if result.exit_status == 0:
+        return None
+    forwarded = [s for s in result.forwarded_signals if s in _INTERRUPTING]
+    return signal.Signals(forwarded[-1]).name if forwarded else None
+
+
 def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False) -> tuple[dict[str, object], str]:
     """Explain the record (output and measurements): the result.json fields and the text for
     stderr. With `only_warnings` (a job that succeeded), the text is empty unless something of
@@ -184,12 +196,22 @@ def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False)
     from gpufix.report.run import outcome, render_compact
     from gpufix.rules.loader import load_ruleset
 
-    how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None)
+    interrupted_by = interruption(result)
+    how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None, interrupted_by)
     has_meta = os.path.isfile(os.path.join(record.path, "meta.json"))
     try:
         diagnosis = explain([record.path if has_meta else record.output_log], load_ruleset())
     except InputError as exc:  # empty or binary output: nothing to match
         return {"findings": [], "summary": None, "notes": [exc.message]}, "" if only_warnings else render_compact([], [], [], how)
+    if interrupted_by:
+        # Stopped from outside: the KeyboardInterrupt traceback is no program error. What the job
+        # was doing when stopped (a hang, a starved loader, a GPU fault) still counts.
+        from gpufix.explain import Diagnosis
+
+        kept = [f for f in diagnosis.findings if f.category != "not_gpu"]
+        diagnosis = Diagnosis([f._replace(consequence_of=None) if f.consequence_of and
+                               f.consequence_of not in {k.code for k in kept} else f for f in kept],
+                              diagnosis.evidence, diagnosis.notes)
     if only_warnings and not any(f.severity in _SHOWN_ON_SUCCESS for f in diagnosis.findings):
         return diagnosis.to_dict(), ""
     color = sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
@@ -356,6 +378,7 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
                              if waited >= 0.001},
         "record_dropped_bytes": dropped,
         "forwarded_signals": [signal.Signals(s).name for s in result.forwarded_signals],
+        "interrupted_by": interruption(result),
         "diagnosed": False, "findings": [], "summary": None,
     }
     if dropped and not record.ephemeral:

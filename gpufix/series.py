@@ -82,6 +82,8 @@ SERIES: dict[str, str] = {
     # their ratio, and the loss scale (where the probe knows it without a GPU synchronisation)
     "probe.amp_skipped": "rank", "probe.amp_steps": "rank", "probe.amp_skipped_frac": "rank",
     "probe.amp_scale": "rank",
+    # one sample per process: seconds its steps waited for the DataLoader in all
+    "probe.data_wait_total_s": "rank",
     # one sample per run, from the probe's facts: GPUs the job could see, whether it ever
     # allocated CUDA memory (0/1), how many optimizer steps it took
     "probe.gpu_visible": "none", "probe.cuda_ever_allocated": "none", "probe.steps": "none",

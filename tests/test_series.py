@@ -138,6 +138,8 @@ def test_a_later_condition_takes_the_group_an_earlier_one_named() -> None:
 
     evidence.series["probe.data_wait_frac"] = probe([0.1] * 30, "0") + probe([0.6] * 30, "3")
     evidence.series["probe.num_workers"] = probe([8] * 30, "0") + probe([2] * 30, "3")
+    evidence.series["probe.data_wait_s"] = probe([0.01] * 30, "0") + probe([0.2] * 30, "3")
+    evidence.series["probe.data_wait_total_s"] = probe([0.3], "0") + probe([6.0], "3")
     (finding,) = [f for f in diagnose(evidence, ruleset) if f.code == "DAT010"]
     assert finding.fields["rank"] == "3" and finding.fields["workers"] == "2", finding.fields
     assert "Rank 3 spent 60% of each training step waiting for the next batch (median), with num_workers=2" in finding.message

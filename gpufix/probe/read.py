@@ -114,6 +114,32 @@ def read_probe_series(probe_dir: str | Path) -> dict[str, list[Sample]]:
     return series
 
 
+def nonfinite_lines(probe_dir: str | Path) -> dict[str, list[tuple[int, str]]]:
+    """The first non-finite loss or gradient each process saw (finite.py), as text lines for the
+    rules (NUM010), by probe file: {path: [(line number in that file, text)]}.
+
+    `gpufix probe: the loss became nan at optimizer step 37 (rank 0)`
+    `gpufix probe: the gradient of fc.weight (shape [64, 1]) became inf at optimizer step 25 (rank 1)`
+    """
+    out: dict[str, list[tuple[int, str]]] = {}
+    for path in probe_files(probe_dir):
+        for number, record, group in _ranked_records(path):
+            if record["kind"] != "nonfinite" or record.get("value") not in ("nan", "inf"):
+                continue
+            step = record.get("step")
+            if not _is_number(step):
+                continue
+            what = "the loss"
+            if record.get("what") == "gradient":
+                shape = record.get("shape")
+                shape_text = f" (shape {list(shape)})" if isinstance(shape, list) else ""
+                name = record.get("param")
+                what = f"the gradient of {name}{shape_text}" if isinstance(name, str) else f"a gradient{shape_text}"
+            text = f"gpufix probe: {what} became {record['value']} at optimizer step {int(step)} (rank {group})"
+            out.setdefault(str(path), []).append((number, text))
+    return out
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -181,6 +207,8 @@ def read_probe_facts(probe_dir: str | Path) -> dict[str, Any]:
     facts["cuda_ever_allocated"] = any(p["cuda_ever_allocated"] for p in trained) if trained else None
     peaks = [p["cuda_peak_mib"] for p in trained if p.get("cuda_peak_mib") is not None]
     facts["cuda_peak_mib"] = max(peaks) if peaks else None
+    precisions = [p["precision"] for p in trained if p.get("precision")]
+    facts["precision"] = precisions[0] if precisions else None
     fracs = [p["data_wait_frac"] for p in trained if p.get("data_wait_frac") is not None]
     facts["data_wait_frac"] = max(fracs) if fracs else None
     amp = [p for p in trained if p["amp_steps"]]
@@ -202,12 +230,13 @@ def _process_facts(path: Path) -> dict[str, Any]:
                            "batches": [], "cuda_available": None, "device_count": None,
                            "cuda_initialized": None, "cuda_ever_allocated": None, "cuda_peak_mib": None,
                            "probe_errors": [], "ended": False, "amp_steps": 0, "amp_skipped_steps": 0,
-                           "amp_scale_min": None, "amp_scale_last": None}
+                           "amp_scale_min": None, "amp_scale_last": None, "autocast": []}
     step_time = wait = 0.0
     amp_steps = amp_skipped = 0
     peak = None
-    for _number, record in iter_records(path):
+    for number, record in iter_records(path):
         kind = record["kind"]
+        out["last_line"] = number
         if kind == "start":
             for key in ("pid", "role", "torch", "cuda_build", "rank", "world_size", "local_rank", "argv0",
                         "python", "torch_import_s", "faulthandler"):
@@ -225,6 +254,8 @@ def _process_facts(path: Path) -> dict[str, Any]:
             out["loaders"].append(_without(record, "kind", "t"))
         elif kind == "batch":
             out["batches"].append(_without(record, "kind", "t"))
+        elif kind == "autocast":
+            out["autocast"].append(_without(record, "kind", "t"))
         elif kind == "step":
             out["steps"] = max(out["steps"], int(record.get("step") or 0))
             n = int(record.get("n") or 1)
@@ -261,7 +292,29 @@ def _process_facts(path: Path) -> dict[str, Any]:
     if out["cuda_ever_allocated"] is None and peak is not None:
         out["cuda_ever_allocated"] = peak > 0
     out["data_wait_frac"] = round(wait / step_time, 4) if step_time > 0 else None
+    out["data_wait_total_s"] = round(wait, 4) if step_time > 0 else None
+    out["precision"] = _precision(out)
     return out
+
+
+def _precision(process: dict[str, Any]) -> str | None:
+    """fp16, bf16 or fp32: what the process trained in, from its autocast regions, its parameters'
+    dtype and whether a GradScaler judged its steps (None before any optimizer step)."""
+    if not process["steps"] and not process["optimizers"]:
+        return None
+    dtypes = {str(a.get("dtype")) for a in process["autocast"] if a.get("enabled") is not False}
+    params: dict[str, int] = {}
+    for optimizer in process["optimizers"]:
+        for dtype, count in (optimizer.get("param_dtypes") or {}).items():
+            params[dtype] = params.get(dtype, 0) + int(count)
+    main_param = max(params, key=lambda d: params[d]) if params else None
+    if "float16" in dtypes or main_param == "float16":
+        return "fp16"
+    if "bfloat16" in dtypes or main_param == "bfloat16":
+        return "bf16"
+    if process["amp_steps"]:  # a GradScaler without autocast the probe saw: apex-style fp16
+        return "fp16"
+    return "fp32" if main_param in ("float32", None) else main_param
 
 
 def _cuda_facts(out: dict[str, Any], record: dict[str, Any]) -> None:

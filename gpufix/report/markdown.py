@@ -15,7 +15,8 @@ def render(findings: list[Finding], sources: list[str], notes: list[str]) -> str
     if not findings:
         out.append(f"No known failure found in {', '.join(sources)}.")
     elif not any(f.is_gpu for f in findings):
-        out += ["**Not a GPU problem**: an ordinary program error.", ""]
+        out += ["**Not a GPU problem**: " + ("nothing failed on its own." if findings[0].severity == "info"
+                                             else "an ordinary program error."), ""]
     for number, f in enumerate(findings, 1):
         label = "Root cause" if number == 1 and not f.consequence_of else (
             f"Consequence of {f.consequence_of}" if f.consequence_of else "Also found")

@@ -13,8 +13,11 @@ from gpufix.report.text import _Style, render_finding
 MAX_FIXES = 5
 
 
-def outcome(exit_status: int, signal_name: str | None) -> str:
-    """How the job ended, in words: `exit status 1`, `killed by SIGKILL (exit status 137)`."""
+def outcome(exit_status: int, signal_name: str | None, interrupted_by: str | None = None) -> str:
+    """How the job ended, in words: `exit status 1`, `killed by SIGKILL (exit status 137)`,
+    `interrupted by SIGINT, which gpufix passed on (exit status 130)`."""
+    if interrupted_by:
+        return f"interrupted by {interrupted_by}, which gpufix passed on (exit status {exit_status})"
     if signal_name:
         return f"killed by {signal_name} (exit status {exit_status})"
     return f"exit status {exit_status}"
@@ -24,11 +27,18 @@ def render_compact(findings: list[Finding], sources: list[str], notes: list[str]
                    color: bool = False) -> str:
     """The diagnosis block; markup only when `color`."""
     s = _Style(color)
-    headline = (f"gpufix: the job succeeded, but its measurements show a problem ({how_it_ended})."
-                if how_it_ended == "exit status 0" else f"gpufix: the job failed ({how_it_ended}).")
+    interrupted = how_it_ended.startswith("interrupted")
+    if how_it_ended == "exit status 0":
+        headline = f"gpufix: the job succeeded, but its measurements show a problem ({how_it_ended})."
+    elif interrupted:
+        headline = f"gpufix: the job was {how_it_ended}."
+    else:
+        headline = f"gpufix: the job failed ({how_it_ended})."
     out = [s(headline, "bold")]
     if not findings:
-        out.append(s.plain("gpufix: no known failure pattern in its output; `gpufix rules list` shows what it knows."))
+        out.append(s.plain("gpufix: nothing in its output or measurements points to a failure before it was stopped."
+                           if interrupted else
+                           "gpufix: no known failure pattern in its output; `gpufix rules list` shows what it knows."))
         return "\n".join(out) + "\n"
     root, others = findings[0], findings[1:]
     out.extend(render_finding(root, s, 1, sources[0] if len(sources) == 1 else None, verbose=False))

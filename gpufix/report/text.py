@@ -94,6 +94,10 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
     return lines
 
 
+# An info-level root (an interruption) is not an error of the program's.
+_NOT_GPU_HEADLINE = {False: "this is an ordinary program error", True: "nothing failed on its own"}
+
+
 def render(findings: list[Finding], sources: list[str], notes: list[str], color: bool = False, verbose: bool = True) -> str:
     """The whole terminal report; markup only when `color`."""
     s = _Style(color)
@@ -104,7 +108,8 @@ def render(findings: list[Finding], sources: list[str], notes: list[str], color:
         out.append(s("gpufix matched no rule; if this is a failure, `gpufix rules list` shows what it knows.", "dim"))
     else:
         if not any(f.is_gpu for f in findings):
-            out.append(s("Not a GPU problem: this is an ordinary program error; gpufix found no sign of a GPU failure.", "bold"))
+            out.append(s(f"Not a GPU problem: {_NOT_GPU_HEADLINE[findings[0].severity == 'info']}; "
+                         "gpufix found no sign of a GPU failure.", "bold"))
             out.append("")
         for number, finding in enumerate(findings, 1):
             if number > 1:

@@ -52,7 +52,10 @@ BUILTIN_FIELDS = ("count", "ranks", "first_line", "source",
                   # facts of a run record when known (meta.json environment, the probe); absent for a paste
                   "pytorch_cuda_alloc_conf", "cuda_visible_devices", "torch_version", "torch_cuda_build",
                   # the training DataLoader as the probe saw it (the first loader iterated)
-                  "loader_settings", "loader_pin_memory", "cpus_usable")
+                  "loader_settings", "loader_pin_memory", "cpus_usable",
+                  # what the probe measured of the run: fp32/fp16/bf16, yes/no, yes/no, a worker count
+                  # within the CPUs usable per process
+                  "precision", "gpu_used", "loader_used", "workers_suggested")
 
 
 class Leaf(NamedTuple):
@@ -132,6 +135,7 @@ class Rule(NamedTuple):
     consequence_of: tuple[str, ...] = ()
     suppresses: tuple[str, ...] = ()
     fallback: bool = False
+    family: bool = False
     priority: int = 50
     derive: dict[str, str] = {}  # noqa: RUF012 - never mutated
     lookups: tuple[Lookup, ...] = ()
@@ -174,6 +178,7 @@ class Rule(NamedTuple):
             consequence_of=tuple(data.get("consequence_of") or ()),
             suppresses=tuple(data.get("suppresses") or ()),
             fallback=bool(data.get("fallback", False)),
+            family=bool(data.get("family", False)),
             priority=int(data.get("priority", DEFAULT_PRIORITY[data["category"]])),
             derive=dict(data.get("derive") or {}),
             lookups=tuple(

@@ -61,7 +61,7 @@ def test_slow_loader_waits_on_data(jobs) -> None:
     job = jobs["slow-loader"]
     assert job.returncode == 0, job.stderr.decode()
     facts = read_probe_facts(job.probe_dir)
-    assert facts["steps"] == 24
+    assert facts["steps"] == 48
     assert facts["data_wait_frac"] > 0.6, facts["data_wait_frac"]
     assert facts["loaders"][0]["num_workers"] == 0
     fracs = sorted(s.value for s in read_probe_series(job.probe_dir)["probe.data_wait_frac"])

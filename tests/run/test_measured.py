@@ -74,7 +74,7 @@ def test_a_loader_setting_already_in_place_is_not_advised_again(tmp_path: Path) 
                                   "num_workers=2, pin_memory=True, persistent_workers=True, prefetch_factor=2, batch_size=64")
     titles = [fix["title"] for fix in finding["fixes"]]
     assert not any("pinned memory" in title for title in titles), titles
-    assert any("Raise num_workers (it is 2) towards the CPU cores per GPU (32 CPUs are usable by this job)" in title
+    assert any("Raise num_workers (it is 2) towards 8 (32 CPUs are usable by this job)" in title
                for title in titles), titles
 
 

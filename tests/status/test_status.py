@@ -126,7 +126,7 @@ def test_status_values(record: Path) -> None:
     assert gpu1["power_w"] is None  # the driver reported no power: no series, not zeros
 
     (rank,) = doc["training"]
-    assert rank["rank"] == 0 and rank["steps"] == 24
+    assert rank["rank"] == 0 and rank["steps"] == 48
     assert rank["steps_per_s"] and rank["steps_per_s"] > 1
     assert rank["data_wait_frac"] > 0.5 and rank["num_workers"] == 0
     assert rank["data_wait_values"] and rank["steps_per_s_values"]

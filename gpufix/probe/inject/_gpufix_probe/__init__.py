@@ -10,6 +10,7 @@ in the probe file and the probe turns itself off; the job never sees it.
     probe.py     the Probe: installs the hooks, facts at start and end
     steps.py     optimizer steps and DataLoader batches: step time, data wait, placement
     amp.py       AMP's GradScaler: steps it skipped (inf/NaN gradients), the loss scale
+    finite.py    the first non-finite loss or gradient, checked without a GPU synchronisation
     errors.py    uncaught exceptions (main, threads, DataLoader workers) as structured data
     cudamem.py   CUDA memory per step, OOM snapshots, memory history
     faults.py    faulthandler into the probe folder, stack dumps on request (a trigger file)

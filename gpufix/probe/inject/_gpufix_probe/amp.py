@@ -262,3 +262,27 @@ def install(probe):
     cls.step = step
     cls.update = update
     cls.load_state_dict = load_state_dict
+
+
+def install_autocast(probe):
+    """Note each kind of autocast region the job enters (device and dtype, once each): the
+    precision it trains in, so advice such as "bf16 instead of fp16" fits the run."""
+    cls = importlib.import_module("torch.amp.autocast_mode").autocast
+    real_enter = cls.__enter__
+    seen = set()
+
+    def __enter__(self):
+        if probe.enabled:
+            try:
+                key = (getattr(self, "device", None), str(getattr(self, "fast_dtype", None)),
+                       bool(getattr(self, "_enabled", True)))
+                if key not in seen and len(seen) < 8:
+                    seen.add(key)
+                    probe.out.write({"kind": "autocast", "device": key[0], "dtype": key[1].replace("torch.", ""),
+                                     "enabled": key[2]})
+            except Exception as exc:
+                probe.fail("autocast", exc)
+        return real_enter(self)
+
+    stand_in(__enter__, real_enter)
+    cls.__enter__ = __enter__

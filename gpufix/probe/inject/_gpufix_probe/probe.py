@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from _gpufix_probe import amp, cudamem, errors, faults, output, steps
+from _gpufix_probe import amp, cudamem, errors, faults, finite, output, steps
 
 PROBE = None
 
@@ -35,6 +35,7 @@ class Probe(object):
         self.handles = []
         self.steps = None
         self.amp = None
+        self.finite = None
         self.exceptions = None
         self.oom = None
         self.fault_file = None
@@ -125,6 +126,8 @@ class Probe(object):
         tracker = self.steps
         if tracker is not None:
             tracker.flush_window()
+        if self.finite is not None:
+            self.finite.at_exit()
         torch = self.torch
         record = {"kind": "end", "steps": tracker.step if tracker else 0,
                   "batches": tracker.batches_total if tracker else 0,
@@ -176,6 +179,8 @@ class Probe(object):
         self.out.after_fork_in_child()
         if self.steps is not None:
             self.steps.__init__(self)
+        if self.finite is not None:
+            self.finite.__init__(self)
 
 
 def install(torch, directory, import_s=None):
@@ -189,6 +194,8 @@ def install(torch, directory, import_s=None):
     probe.guard("exceptions", errors.install, probe)
     probe.guard("steps", steps.install, probe)
     probe.guard("GradScaler", amp.install, probe)
+    probe.guard("autocast", amp.install_autocast, probe)
+    probe.guard("loss check", finite.install, probe)
     probe.guard("cuda memory", cudamem.install, probe)
     atexit.register(probe.at_exit)
     if hasattr(os, "register_at_fork"):

@@ -188,6 +188,9 @@ class StepTracker(object):
             self.amp_steps += 1
             if skipped:
                 self.amp_skipped += 1
+        finite = getattr(self.probe, "finite", None)
+        if finite is not None:
+            finite.on_step(self.step, amp is not None or self.amp_steps > 0, optimizer)
         if self.step <= PER_STEP_RECORDS:
             record = {"kind": "step", "step": self.step, "n": 1, "step_time_s": _round(step_time),
                       "data_wait_s": _round(wait), "batches": batches}
@@ -270,6 +273,7 @@ class StepTracker(object):
 
     def _optimizer_record(self, optimizer, index):
         devices = {}
+        dtypes = {}
         count = 0
         first = None
         for group in getattr(optimizer, "param_groups", ()):
@@ -281,9 +285,11 @@ class StepTracker(object):
                 if first is None:
                     first = device
                 devices[device] = devices.get(device, 0) + 1
+                dtype = str(getattr(param, "dtype", "?")).replace("torch.", "")
+                dtypes[dtype] = dtypes.get(dtype, 0) + 1
         return {"kind": "optimizer", "index": index, "class": _qualname(type(optimizer)),
                 "at_step": self.step + 1, "param_device": first, "param_devices": devices,
-                "params": count}
+                "param_dtypes": dtypes, "params": count}
 
 
 def _round(value, digits=6):
