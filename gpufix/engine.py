@@ -225,6 +225,10 @@ def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = Non
         rule = ruleset.by_code[code]
         for victim in rule.suppresses:
             findings.pop(victim, None) if victim != code else None
+    # A family rule only speaks for its category when no specific rule of that category did.
+    specific = {f.category for code, f in findings.items() if not ruleset.by_code[code].family}
+    for code in [c for c, f in findings.items() if ruleset.by_code[c].family and f.category in specific]:
+        del findings[code]
     return _order(list(findings.values()), ruleset, order)
 
 
@@ -233,12 +237,20 @@ def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> 
         source, line = f.first_position
         return order.get(source, 0), line
 
-    ranked = sorted(findings, key=lambda f: (-f.priority, position(f)))
+    def tier(f: Finding) -> int:
+        # A specific rule first, then a family rule (a category's broad vocabulary, no specific
+        # wording recognised), then the fallback (an exception nothing else explains).
+        rule = ruleset.by_code[f.code]
+        return 2 if rule.fallback else 1 if rule.family else 0
+
+    ranked = sorted(findings, key=lambda f: (tier(f), -f.priority, position(f)))
     causes: dict[str, str] = {}
     for finding in ranked:
         refs = ruleset.by_code[finding.code].consequence_of
         for cause in ranked:
             if cause is finding or causes.get(cause.code) == finding.code:
+                continue
+            if tier(cause) == 1 and tier(finding) != 1:  # a family's guess never demotes another finding
                 continue
             if cause.code in refs or f"category:{cause.category}" in refs:
                 causes[finding.code] = cause.code

@@ -27,7 +27,7 @@ RULE_KEYS = {
     "confidence": True, "status": True, "match": True, "message": True, "explanation": True,
     "fixes": True, "falsepositives": True, "examples": True,
     "references": False, "experiments": False, "consequence_of": False, "suppresses": False,
-    "fallback": False, "priority": False, "derive": False, "lookup": False, "overrides": False,
+    "fallback": False, "family": False, "priority": False, "derive": False, "lookup": False, "overrides": False,
 }
 GROUP_KEYS = ("all", "any", "none")
 LEAF_KEYS = ("line", "exception", "message", "ignore_case")
@@ -189,7 +189,7 @@ class _RuleChecker:
         self.choice("severity", SEVERITIES)
         self.choice("confidence", CONFIDENCES)
         self.choice("status", STATUSES)
-        for key in ("fallback", "overrides"):
+        for key in ("fallback", "family", "overrides"):
             if key in rule and not isinstance(rule[key], bool):
                 self.err(self.at(rule, key), f"{key!r} must be true or false")
         if "priority" in rule and not (isinstance(rule["priority"], int) and 0 <= rule["priority"] <= 100):
