@@ -5,7 +5,11 @@ NamedTuples, not dataclasses: same immutability, a fraction of the start-up cost
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from gpufix.tuples import NamedTuple
 
 
 class LineRef(NamedTuple):

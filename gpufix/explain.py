@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import BinaryIO
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 from gpufix.engine import diagnose
 from gpufix.errors import InputError

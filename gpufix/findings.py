@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from gpufix.tuples import NamedTuple
 
 from gpufix.evidence import LineRef
 

@@ -15,7 +15,9 @@ A pattern may span a terminal-wrapped line by using `\\s+` between words.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, BinaryIO
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
 from gpufix.regex import PatternSet, compile_pattern, decode_groups

@@ -7,7 +7,10 @@ match or raise; ASCII and UTF-8 literals in patterns still match byte for byte.
 from __future__ import annotations
 
 import functools
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any
 
 import re2
 
@@ -15,7 +18,9 @@ _OPTIONS = re2.Options()
 _OPTIONS.encoding = re2.Options.Encoding.LATIN1
 _OPTIONS.log_errors = False  # RE2 would otherwise write parse errors to our stderr
 
-Regex = Any  # re2._Regexp: the binding ships no type stubs
+Regex = object  # re2._Regexp: the binding ships no type stubs (Any to a type checker)
+if TYPE_CHECKING:
+    Regex = Any  # type: ignore[misc]
 
 
 def _flags(pattern: str, ignore_case: bool) -> bytes:

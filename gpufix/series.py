@@ -21,7 +21,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from gpufix.tuples import NamedTuple
 
 AGGREGATES = ("mean", "min", "max", "median", "p90", "p10", "first", "last", "delta", "late_delta", "slope", "spread",
               "count", "sum")

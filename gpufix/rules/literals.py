@@ -8,7 +8,9 @@ compiling every pattern into an RE2 set, which costs more than the whole rest of
 from __future__ import annotations
 
 import re
-from typing import Any
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any
 
 try:  # the parser moved in Python 3.11
     from re import _parser as sre_parse  # type: ignore[attr-defined]

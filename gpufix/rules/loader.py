@@ -14,7 +14,9 @@ import marshal
 import os
 import sys
 import zlib
-from typing import Any
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any
 
 from gpufix import __version__
 from gpufix.errors import RuleError
@@ -58,6 +60,8 @@ def rule_files(paths: list[str]) -> list[str]:
         else:
             raise RuleError([f"{path}: no such rule file or folder"], hint="check --rules and GPUFIX_RULES_PATH")
     # A folder named twice (the built-in pack and `rules check rules/memory`) is read once.
+    if len(paths) == 1:  # one folder: its walk names each file once (no realpath per file at start-up)
+        return files
     seen: set[str] = set()
     unique = []
     for path in files:
@@ -89,7 +93,7 @@ def _cache_key(files: list[str]) -> str:
     parts = [f"{__version__}/{SCHEMA_VERSION}/{sys.version}"]
     for path in files:
         st = os.stat(path)
-        parts.append(f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}")
+        parts.append(f"{path if os.path.isabs(path) else os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}")
     return "\n".join(parts)
 
 

@@ -6,7 +6,11 @@ define, which matters on `gpufix explain`'s start-up path (a dataclass costs ~0.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from gpufix.tuples import NamedTuple
 
 # Every finding carries one of these. The GPU categories are the failures gpufix exists for;
 # `not_gpu` is an ordinary program error that gpufix names plainly instead of guessing.
