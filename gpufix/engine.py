@@ -250,7 +250,9 @@ def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> 
         for cause in ranked:
             if cause is finding or causes.get(cause.code) == finding.code:
                 continue
-            if tier(cause) == 1 and tier(finding) != 1:  # a family's guess never demotes another finding
+            # A family's guess never demotes a specific GPU finding; an ordinary error yields to it where
+            # its rule says so ("not a GPU problem" only when nothing GPU-related is in the text).
+            if tier(cause) == 1 and tier(finding) != 1 and finding.category != "not_gpu":
                 continue
             if cause.code in refs or f"category:{cause.category}" in refs:
                 causes[finding.code] = cause.code

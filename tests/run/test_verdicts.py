@@ -31,6 +31,16 @@ def run_script(script: Path, tmp_path: Path) -> tuple[subprocess.CompletedProces
     return result, json.loads((record / "result.json").read_text())
 
 
+def training_job(tmp_path: Path, name: str, steps: int, before: str = "", each: str = "", after: str = "") -> Path:
+    """A tiny in-memory training loop of `steps` optimizer steps, with lines before, in and after it."""
+    job = tmp_path / name
+    job.write_text(f"import time, torch\n{before}\nm = torch.nn.Linear(4, 1)\n"
+                   "o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                   f"for _ in range({steps}):\n    l = m(torch.randn(8, 4)).pow(2).mean(); o.zero_grad(); l.backward(); o.step()\n"
+                   f"    {each or 'pass'}\n{after}\n")
+    return job
+
+
 def codes(doc: dict) -> list[str]:
     return [f["code"] for f in doc["findings"]]
 
@@ -90,11 +100,7 @@ def test_slow_loader_advice_fits_the_machine_and_a_cpu_job(tmp_path: Path) -> No
 
 
 def test_ctrl_c_is_an_interruption_not_an_error(tmp_path: Path) -> None:
-    job = tmp_path / "loop.py"
-    job.write_text("import time, torch\nm = torch.nn.Linear(4, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-                   "print('started', flush=True)\n"
-                   "for _ in range(3000):\n    l = m(torch.randn(8, 4)).pow(2).mean(); o.zero_grad(); l.backward(); o.step()\n"
-                   "    time.sleep(0.02)\n")
+    job = training_job(tmp_path, "loop.py", steps=3000, before="print('started', flush=True)", each="time.sleep(0.02)")
     records = tmp_path / "records"
     proc = subprocess.Popen([sys.executable, "-m", "gpufix", "run", "--record-dir", str(records), str(job)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -124,11 +130,8 @@ def test_a_pasted_ctrl_c_traceback_is_an_interruption(tmp_path: Path) -> None:
 
 
 def test_dataloader_advice_only_where_there_is_a_dataloader(tmp_path: Path) -> None:
-    job = tmp_path / "config_job.py"
-    job.write_text("import torch\nconfig = {'lr': 0.1}\nm = torch.nn.Linear(2, 1)\n"
-                   "o = torch.optim.SGD(m.parameters(), lr=config['lr'])\n"
-                   "for _ in range(3):\n    l = m(torch.randn(4, 2)).sum(); o.zero_grad(); l.backward(); o.step()\n"
-                   "print(config['warmup_steps'])\n")
+    job = training_job(tmp_path, "config_job.py", steps=3, before="config = {'lr': 0.1}",
+                       after="print(config['warmup_steps'])")
     result, doc = run_script(job, tmp_path)
     assert result.returncode == 1
     titles = [fix["title"] for f in doc["findings"] for fix in f["fixes"]]
