@@ -125,7 +125,7 @@ def test_broken_pipe_is_quiet() -> None:
     assert b"Traceback" not in proc.stderr and b"Error" not in proc.stderr
 
 
-def test_explain_imports_no_torch_nvml_metadata_yaml_or_rich() -> None:
+def test_explain_imports_no_torch_nvml_metadata_yaml_rich_or_typing() -> None:
     code = (
         "import sys\n"
         "from gpufix.entry import main\n"
@@ -133,7 +133,7 @@ def test_explain_imports_no_torch_nvml_metadata_yaml_or_rich() -> None:
         f"    main(['explain', {str(OOM)!r}])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = ['torch', 'pynvml', 'importlib.metadata', 'yaml', 'rich', 'numpy', 'click']\n"
+        "heavy = ['torch', 'pynvml', 'importlib.metadata', 'yaml', 'rich', 'numpy', 'click', 'typing']\n"
         "print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr)\n"
     )
     for _ in range(2):  # the first run may build the rule cache (imports yaml); the second must not
