@@ -17,6 +17,13 @@ import re2
 _OPTIONS = re2.Options()
 _OPTIONS.encoding = re2.Options.Encoding.LATIN1
 _OPTIONS.log_errors = False  # RE2 would otherwise write parse errors to our stderr
+# The combined set of every rule's line patterns: RE2's default 8 MiB budget is too small for the
+# DFA of several hundred patterns (its Compile() then fails); memory is taken as needed, not up front.
+SET_MAX_MEM = 64 << 20
+_SET_OPTIONS = re2.Options()
+_SET_OPTIONS.encoding = re2.Options.Encoding.LATIN1
+_SET_OPTIONS.log_errors = False
+_SET_OPTIONS.max_mem = SET_MAX_MEM
 
 Regex = object  # re2._Regexp: the binding ships no type stubs (Any to a type checker)
 if TYPE_CHECKING:
@@ -84,11 +91,17 @@ class PatternSet:
         self._set: Any = None
 
     def _compiled_set(self) -> Any:
+        """The combined set, or False when RE2 cannot build it within SET_MAX_MEM (then every
+        pattern is searched on its own: slower on big inputs, never a silent miss)."""
         if self._set is None:
-            self._set = re2.Set.SearchSet(_OPTIONS)
+            one = re2.Set.SearchSet(_SET_OPTIONS)
             for pattern, ignore_case in self.patterns:
-                self._set.Add(_flags(pattern, ignore_case))
-            self._set.Compile()
+                one.Add(_flags(pattern, ignore_case))
+            try:
+                one.Compile()
+                self._set = one
+            except re2.error:
+                self._set = False
         return self._set
 
     def present(self, data: bytes) -> list[int]:
@@ -96,7 +109,10 @@ class PatternSet:
         if not self.patterns:
             return []
         if self.literals is None or self._set is not None or len(data) > self.SMALL_INPUT:
-            return sorted(self._compiled_set().Match(data) or ())
+            combined = self._compiled_set()
+            if combined is False:
+                return [i for i in range(len(self.patterns)) if self.regex(i).search(data)]
+            return sorted(combined.Match(data) or ())
         lowered: bytes | None = None
         found = []
         for index, required in enumerate(self.literals):

@@ -106,3 +106,17 @@ def test_last_line_without_newline_is_scanned() -> None:
 def test_a_bare_exception_type_counts_but_a_bare_error_does_not() -> None:
     ev = scan(b"Exception: Current loss scale already at minimum\nError: retrying download\n")
     assert [(e.type, e.message) for e in ev.exceptions] == [("Exception", "Current loss scale already at minimum")]
+
+
+def test_a_pattern_set_too_big_for_re2_falls_back_to_searching_each_pattern(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """RE2 refuses a set whose DFA exceeds its memory budget; big inputs must still be searched."""
+    import re2
+
+    from gpufix import regex
+
+    tiny = re2.Options()
+    tiny.max_mem = 1 << 16
+    monkeypatch.setattr(regex, "_SET_OPTIONS", tiny)
+    patterns = [(rf"foo{i}\s+bar.*baz[a-z]{{1,40}}qux", True) for i in range(300)]
+    found = regex.PatternSet(patterns).present(b"x" * (regex.PatternSet.SMALL_INPUT + 1) + b"\nFOO7 bar bazaqux\n")
+    assert found == [7]

@@ -46,7 +46,7 @@ from gpufix.logscan import (
     _Block,
     scan_exceptions,
 )
-from gpufix.regex import PatternSet, _flags, decode_groups
+from gpufix.regex import _SET_OPTIONS, PatternSet, _flags, decode_groups
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -129,11 +129,7 @@ class FastScanner:
         self.patterns = patterns
         self.logscanner = LogScanner(patterns, literals)
         self.pattern_set: PatternSet = self.logscanner.pattern_set
-        options = re2.Options()
-        options.encoding = re2.Options.Encoding.LATIN1
-        options.log_errors = False
-        options.max_mem = 64 << 20  # room for the DFA of a few hundred patterns: it must not give up
-        self._set = re2.Set.SearchSet(options)
+        self._set = re2.Set.SearchSet(_SET_OPTIONS)  # the same budget as LogScanner's set
         for pattern, ignore_case in patterns:
             self._set.Add(_flags(pattern, ignore_case))
         self._exc_index = self._set.Add(_EXCEPTION.pattern)
