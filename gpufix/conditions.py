@@ -109,11 +109,115 @@ def holds(condition: str, fields: dict[str, str]) -> bool:
 
 
 def parse_expression(text: str) -> tuple[str, str, str]:
-    """Split a `derive` expression 'a - b' into operands and operator; raises ValueError."""
+    """Split a `derive` expression 'a - b' (or a function 'f(a, b)', op = the name) into operands
+    and operator; raises ValueError."""
+    call = _CALL.match(text)
+    if call:
+        if call.group("f") not in _FUNCTIONS:
+            raise ValueError(f"unknown function {call.group('f')!r} (known: {', '.join(sorted(_FUNCTIONS))})")
+        return call.group("a"), call.group("f"), call.group("b")
     match = _EXPRESSION.match(text)
     if not match:
-        raise ValueError(f"cannot read expression {text!r} (expected 'A - B', 'A + B', 'A * B' or 'A / B' over fields or quantities)")
+        raise ValueError(f"cannot read expression {text!r} (expected 'A - B', 'A + B', 'A * B', 'A / B' over fields "
+                         f"or quantities, or {', '.join(f + '(A, B)' for f in sorted(_FUNCTIONS))})")
     return match.group("a"), match.group("op"), match.group("b")
+
+
+_KEY_QUOTED = re.compile(r"""["'](\w[\w.\-]*)["']""")
+_KEY_BARE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)+")
+MIN_KEYS_EXPLAINED = 0.6  # share of the shorter list a prefix must explain
+
+
+def _keys(text: str) -> list[str]:
+    """Parameter names in a printed list: quoted ("a.b", 'a.b') or bare dotted (a.b, c.d)."""
+    quoted = _KEY_QUOTED.findall(text)
+    return quoted if quoted else _KEY_BARE.findall(text)
+
+
+MAX_PREFIX_PARTS = 3  # wrapper names are short: module., model.model., _fsdp_wrapped_module.module.
+
+
+def _heads(keys: list[str]) -> dict[str, list[str]]:
+    """suffix -> the prefixes that lead to it ("" for the key itself), up to MAX_PREFIX_PARTS parts."""
+    out: dict[str, list[str]] = {}
+    for key in keys:
+        parts = key.split(".")
+        for cut in range(min(MAX_PREFIX_PARTS, len(parts) - 2) + 1):  # a suffix keeps a module and a name
+            out.setdefault(".".join(parts[cut:]), []).append(".".join(parts[:cut]) + ("." if cut else ""))
+    return out
+
+
+def _is_swap_of_layers(model_prefix: str, ckpt_prefix: str) -> bool:
+    """layer4.0. against layer4.1.: other layers of one model, not one wrapper's name for another."""
+    return bool(model_prefix and ckpt_prefix) and any(part.isdigit() for part in (model_prefix + ckpt_prefix).split("."))
+
+
+def renaming(missing: str, unexpected: str) -> tuple[str, str] | None:
+    """(model's prefix, checkpoint's prefix) such that most keys of both printed lists are the same
+    names behind them: ("", "module.") for a DataParallel checkpoint, ("model.", "module.") for one
+    wrapper's name swapped for another's. None when no such pair explains MIN_KEYS_EXPLAINED of the
+    shorter list: then the lists name other layers."""
+    m, u = _keys(missing), _keys(unexpected)
+    if not m or not u:
+        return None
+    heads_u = _heads(u)
+    votes: dict[tuple[str, str], int] = {}
+    for key in set(m):
+        parts = key.split(".")
+        seen = set()
+        for cut in range(min(MAX_PREFIX_PARTS, len(parts) - 2) + 1):
+            model_prefix = ".".join(parts[:cut]) + ("." if cut else "")
+            for ckpt_prefix in heads_u.get(".".join(parts[cut:]), ()):
+                pair = (model_prefix, ckpt_prefix)
+                if model_prefix != ckpt_prefix and pair not in seen and not _is_swap_of_layers(*pair):
+                    seen.add(pair)
+                    votes[pair] = votes.get(pair, 0) + 1
+    if not votes:
+        return None
+    # most keys explained; among equals, the shortest prefixes (the least renaming)
+    pair, explained = max(votes.items(), key=lambda kv: (kv[1], -len(kv[0][0]) - len(kv[0][1])))
+    return pair if explained >= max(1.0, MIN_KEYS_EXPLAINED * min(len(set(m)), len(set(u)))) else None
+
+
+def prefix_between(longer: str, shorter: str) -> str | None:
+    """The dotted prefix P such that most keys in the list `longer` are P + a key in `shorter`
+    ("module." for "module.conv1.weight", ... against "conv1.weight", ...), or None."""
+    pair = renaming(shorter, longer)
+    return pair[1] if pair and not pair[0] else None
+
+
+def keys_unpaired(missing: str, unexpected: str) -> str | None:
+    """'yes' when both printed key lists hold at least 3 keys and no renaming of prefixes pairs
+    them up: the checkpoint is of another architecture, not another wrapper."""
+    if len(_keys(missing)) < 3 or len(_keys(unexpected)) < 3:
+        return None
+    return None if renaming(missing, unexpected) else "yes"
+
+
+def wrapper_prefix(missing: str, unexpected: str) -> str | None:
+    """The wrapper prefix by which the checkpoint's (unexpected) keys differ from the model's
+    (missing) keys: "module." or, for a swapped one, "model. -> module."; None when they do not pair."""
+    pair = renaming(missing, unexpected)
+    if pair is None:
+        return None
+    model_prefix, ckpt_prefix = pair
+    if model_prefix and ckpt_prefix:
+        return f"{ckpt_prefix} (the model has {model_prefix})"
+    return model_prefix or ckpt_prefix
+
+
+def prefix_side(missing: str, unexpected: str) -> str | None:
+    """`checkpoint` when only the checkpoint's keys carry the extra prefix, `model` when only the
+    model's do, `both` for a prefix swapped for another, None when they do not pair up."""
+    pair = renaming(missing, unexpected)
+    if pair is None:
+        return None
+    return "both" if pair[0] and pair[1] else "checkpoint" if pair[1] else "model"
+
+
+_FUNCTIONS = {"prefix_between": prefix_between, "keys_unpaired": keys_unpaired,
+              "wrapper_prefix": wrapper_prefix, "prefix_side": prefix_side}
+_CALL = re.compile(r"^\s*(?P<f>[a-z_]+)\(\s*(?P<a>[a-z_][a-z0-9_]*)\s*,\s*(?P<b>[a-z_][a-z0-9_]*)\s*\)\s*$")
 
 
 def is_field_name(token: str) -> bool:
@@ -127,6 +231,8 @@ def evaluate(expression: str, fields: dict[str, str]) -> str | None:
     b_text = fields.get(b_tok) if is_field_name(b_tok) else b_tok
     if a_text is None or b_text is None:
         return None
+    if op in _FUNCTIONS:
+        return _FUNCTIONS[op](a_text, b_text)
     a, b = quantity(a_text), quantity(b_text)
     if a is None or b is None:
         return None

@@ -211,7 +211,9 @@ def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = Non
             continue
         result = _group(rule.match, evidence, ruleset, evidence.exceptions)
         if result.matched:
-            findings[rule.code] = _finding(rule, result, order, evidence.facts)
+            finding = _finding(rule, result, order, evidence.facts)
+            if all(conditions.holds(guard, finding.fields) for guard in rule.require):
+                findings[rule.code] = finding
         elif result.unevaluated and notes is not None:
             notes.append(f"{rule.code} {rule.name} not evaluated: {'; '.join(result.unevaluated)}")
     covered = {(ref.source, ref.line) for f in findings.values() for ref in f.all_refs}
@@ -250,9 +252,10 @@ def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> 
         for cause in ranked:
             if cause is finding or causes.get(cause.code) == finding.code:
                 continue
-            # A family's guess never demotes a specific GPU finding; an ordinary error yields to it where
-            # its rule says so ("not a GPU problem" only when nothing GPU-related is in the text).
-            if tier(cause) == 1 and tier(finding) != 1 and finding.category != "not_gpu":
+            # A family's guess demotes a specific GPU finding only where that rule names the family's
+            # code; an ordinary error yields to it by category too ("not a GPU problem" only when
+            # nothing GPU-related is in the text).
+            if tier(cause) == 1 and tier(finding) != 1 and finding.category != "not_gpu" and cause.code not in refs:
                 continue
             if cause.code in refs or f"category:{cause.category}" in refs:
                 causes[finding.code] = cause.code

@@ -64,3 +64,46 @@ def test_contains_and_does_not_contain() -> None:
     assert not conditions.holds("conf !~ expandable_segments:true", fields)
     assert conditions.holds("other !~ expandable_segments:true", fields)  # unknown: does not contain it
     assert not conditions.holds("other ~ x", fields)
+
+
+KEYS = '"conv1.weight", "bn1.weight", "bn1.bias", "layer1.0.conv1.weight", "fc.weight"'
+
+
+def _prefixed(prefix: str) -> str:
+    return KEYS.replace('"', '"' + prefix, 1).replace(', "', ', "' + prefix)
+
+
+def test_key_lists_that_differ_by_a_wrapper_prefix_pair_up() -> None:
+    from gpufix.conditions import keys_unpaired, prefix_side, renaming, wrapper_prefix
+
+    assert renaming(KEYS, _prefixed("module.")) == ("", "module.")  # a DataParallel checkpoint
+    assert renaming(_prefixed("_orig_mod."), KEYS) == ("_orig_mod.", "")  # a compiled model
+    assert renaming(_prefixed("model."), _prefixed("module.")) == ("model.", "module.")  # swapped
+    assert wrapper_prefix(KEYS, _prefixed("module.")) == "module." and prefix_side(KEYS, _prefixed("module.")) == "checkpoint"
+    assert prefix_side(_prefixed("model."), _prefixed("module.")) == "both"
+    assert keys_unpaired(KEYS, _prefixed("module.")) is None
+    # bare, comma-separated (mmcv) and Python-list ('...') forms are read too
+    assert renaming("conv1.weight, bn1.weight, bn1.bias", "backbone.conv1.weight, backbone.bn1.weight") == ("", "backbone.")
+    assert renaming("['0.conv1.weight', '0.bn1.weight']", "['conv1.weight', 'bn1.weight']") == ("0.", "")
+
+
+def test_other_layers_do_not_pair_up() -> None:
+    from gpufix.conditions import keys_unpaired, renaming
+
+    # only the parameter name in common (weight/bias): another head, not another wrapper
+    assert renaming('"fc.weight", "fc.bias", "fc2.weight"', '"classifier.weight", "classifier.bias", "head.weight"') is None
+    assert keys_unpaired('"fc.weight", "fc.bias", "fc2.weight"', '"classifier.weight", "classifier.bias", "head.weight"') == "yes"
+    # other blocks of the same model (layer4.0 against layer4.1) are not a renaming
+    assert renaming('"layer4.0.conv1.weight", "layer4.0.bn1.bias"', '"layer4.1.conv1.weight", "layer4.1.bn1.bias"') is None
+    # too few keys to say: no verdict either way
+    assert keys_unpaired('"fc.weight"', '"classifier.weight"') is None
+
+
+def test_derive_functions_and_their_validation() -> None:
+    from gpufix import conditions
+
+    fields = {"missing": KEYS, "unexpected": _prefixed("module.")}
+    assert conditions.evaluate("wrapper_prefix(missing, unexpected)", fields) == "module."
+    assert conditions.evaluate("wrapper_prefix(missing, absent)", fields) is None
+    with pytest.raises(ValueError, match="unknown function 'nope'"):
+        conditions.parse_expression("nope(missing, unexpected)")

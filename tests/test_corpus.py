@@ -62,8 +62,8 @@ def rows():  # type: ignore[no-untyped-def]
 
 # Floors under the validation score as last measured (benchmarks/corpus.py prints it): a change
 # that makes unseen failures worse fails here. The targets are 95% and 95%.
-VALIDATION_GPU_TOP1 = 0.90
-VALIDATION_ORDINARY_CLEAN = 0.90
+VALIDATION_GPU_TOP1 = 0.91
+VALIDATION_ORDINARY_CLEAN = 0.95
 
 
 def test_validation_part_meets_the_targets(rows) -> None:  # type: ignore[no-untyped-def]
@@ -75,7 +75,7 @@ def test_validation_part_meets_the_targets(rows) -> None:  # type: ignore[no-unt
 
 def test_development_part_is_no_worse(rows) -> None:  # type: ignore[no-untyped-def]
     s = score([r for r in rows if r.case.part == "dev"])
-    assert s.gpu_top1 >= 0.95 and s.ordinary_clean >= 0.95, s
+    assert s.gpu_top1 >= 0.95 and s.ordinary_clean >= 0.95, s  # tuned on: nearly all right
 
 
 @pytest.mark.skipif(not (SHARED / "labels.yaml").is_file(), reason="no ../shared/corpus beside the checkout")

@@ -186,3 +186,23 @@ def test_rules_test_cli_reports_a_failing_example(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert b"TST001 examples.no_match[0]: no_match example fired the rule" in result.stdout
     assert b"2 passed, 1 failed" in result.stdout
+
+
+def test_require_guards_a_finding_and_is_validated(tmp_path: Path) -> None:
+    """`require`: a rule whose match holds still gives no finding unless its guards hold."""
+    from gpufix.engine import diagnose
+    from gpufix.logscan import LogScanner
+
+    text = VALID.replace("message: 'Widget {widget} failed'\n",
+                         "derive:\n  spare: 10 - widget_count\nrequire: [widget !~ beta, spare is set]\n"
+                         "message: 'Widget {widget} failed'\n")
+    assert any("derive.spare refers to unknown field 'widget_count'" in p for p in problems_for(tmp_path, text))
+    text = VALID.replace("message: 'Widget {widget} failed'\n", "require: [widget !~ beta]\nmessage: 'Widget {widget} failed'\n")
+    text = text.replace("    - '[rank1]: widget beta failed'\n", "    - '[rank1]: widget gamma failed'\n")
+    assert problems_for(tmp_path, text) == []
+    ruleset = load_ruleset([write(tmp_path, text)], builtin=False, use_cache=False)
+    scanner = LogScanner.for_rules(ruleset)
+    assert [f.code for f in diagnose(scanner.scan_bytes(b"widget alpha failed\n", "x"), ruleset)] == ["TST001"]
+    assert diagnose(scanner.scan_bytes(b"widget beta failed\n", "x"), ruleset) == []
+    bad = VALID.replace("message: 'Widget {widget} failed'\n", "require: colour == red\nmessage: 'Widget {widget} failed'\n")
+    assert any("require refers to unknown field 'colour'" in p for p in problems_for(tmp_path, bad))

@@ -140,6 +140,7 @@ class Rule(NamedTuple):
     suppresses: tuple[str, ...] = ()
     fallback: bool = False
     family: bool = False
+    require: tuple[str, ...] = ()  # guards on the finding's fields: all must hold, or no finding
     priority: int = 50
     derive: dict[str, str] = {}  # noqa: RUF012 - never mutated
     lookups: tuple[Lookup, ...] = ()
@@ -183,6 +184,7 @@ class Rule(NamedTuple):
             suppresses=tuple(data.get("suppresses") or ()),
             fallback=bool(data.get("fallback", False)),
             family=bool(data.get("family", False)),
+            require=tuple([data["require"]] if isinstance(data.get("require"), str) else data.get("require") or ()),
             priority=int(data.get("priority", DEFAULT_PRIORITY[data["category"]])),
             derive=dict(data.get("derive") or {}),
             lookups=tuple(

@@ -27,7 +27,8 @@ RULE_KEYS = {
     "confidence": True, "status": True, "match": True, "message": True, "explanation": True,
     "fixes": True, "falsepositives": True, "examples": True,
     "references": False, "experiments": False, "consequence_of": False, "suppresses": False,
-    "fallback": False, "family": False, "priority": False, "derive": False, "lookup": False, "overrides": False,
+    "fallback": False, "family": False, "priority": False, "derive": False, "lookup": False, "require": False,
+    "overrides": False,
 }
 GROUP_KEYS = ("all", "any", "none")
 LEAF_KEYS = ("line", "exception", "message", "ignore_case")
@@ -200,6 +201,7 @@ class _RuleChecker:
             self.err(self.at(rule, "match"), "'match' must be a mapping with all/any/none lists")
         self.lookups()
         self.derive()
+        self.guards(rule.get("require"), self.at(rule, "require"), "require")
         self.messages()
         self.fixes()
         self.str_list(rule, "falsepositives", required=True)
@@ -381,19 +383,24 @@ class _RuleChecker:
                 text = self.text(fix, key, f"fixes[{index}].{key}")
                 if text:
                     self.template(text, self.at(fix, key), f"fixes[{index}].{key}")
-            when = fix.get("when")
-            guards = [when] if isinstance(when, str) else when
-            if when is not None and not (isinstance(guards, list) and all(isinstance(g, str) for g in guards)):
-                self.err(self.at(fix, "when"), f"fixes[{index}].when must be a condition or a list of them")
+            self.guards(fix.get("when"), self.at(fix, "when"), f"fixes[{index}].when")
+
+    def guards(self, when: Any, line: int, where: str) -> None:
+        """A condition or a list of them ('FIELD OP VALUE', 'FIELD is set'), over known fields."""
+        if when is None:
+            return
+        guards = [when] if isinstance(when, str) else when
+        if not (isinstance(guards, list) and all(isinstance(g, str) for g in guards)):
+            self.err(line, f"{where} must be a condition or a list of them")
+            return
+        for guard in guards:
+            try:
+                field_name, _op, _value = conditions.parse_condition(guard)
+            except ValueError as exc:
+                self.err(line, f"{where}: {exc}")
                 continue
-            for guard in guards or ():
-                try:
-                    field_name, _op, _value = conditions.parse_condition(guard)
-                except ValueError as exc:
-                    self.err(self.at(fix, "when"), f"fixes[{index}].when: {exc}")
-                    continue
-                if field_name not in self.fields:
-                    self.err(self.at(fix, "when"), f"fixes[{index}].when refers to unknown field {field_name!r}{_suggest(field_name, self.fields)}")
+            if field_name not in self.fields:
+                self.err(line, f"{where} refers to unknown field {field_name!r}{_suggest(field_name, self.fields)}")
 
     def experiments(self) -> None:
         items = self.rule.get("experiments")
