@@ -53,6 +53,17 @@ def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[Exc
           bound: dict[str, str]) -> _Result:
     if leaf.series is not None:
         return _series_leaf(leaf, evidence, bound)
+    if leaf.vocabulary is not None:  # another rule's words: any of its positive matchers, whatever else it needs
+        other = ruleset.by_code.get(leaf.vocabulary)
+        out = _Result(False)
+        for item in other.match.positive_leaves() if other is not None else ():
+            found = _leaf(item, evidence, ruleset, exceptions, bound)
+            if found.matched and item.series is None:
+                out.matched = True
+                out.refs += found.refs
+                out.groups += found.groups
+                out.count += found.count
+        return out
     if leaf.line is not None:
         index = ruleset.line_index(leaf)
         hits = evidence.hits.get(index, [])

@@ -206,3 +206,32 @@ def test_require_guards_a_finding_and_is_validated(tmp_path: Path) -> None:
     assert diagnose(scanner.scan_bytes(b"widget beta failed\n", "x"), ruleset) == []
     bad = VALID.replace("message: 'Widget {widget} failed'\n", "require: colour == red\nmessage: 'Widget {widget} failed'\n")
     assert any("require refers to unknown field 'colour'" in p for p in problems_for(tmp_path, bad))
+
+
+def test_vocabulary_borrows_another_rules_matchers(tmp_path: Path) -> None:
+    """`vocabulary: CODE` holds when any of that rule's positive matchers does (whatever else it
+    needs): one list of words, written once; unknown codes and chains are errors."""
+    from gpufix.engine import diagnose
+    from gpufix.logscan import LogScanner
+
+    lender = VALID.replace("name: test-widget-failure", "name: test-widget-lender").replace(
+        "    - line: 'widget (?P<widget>\\w+) failed'\n",
+        "    - all:\n        - line: 'widget (?P<widget>\\w+) failed'\n        - line: 'never printed'\n")
+    lender = lender.replace("  no_match:\n    - 'widget alpha passed'\n", "  known_misses: []\n  no_match:\n    - 'widget alpha passed'\n")
+    borrower = VALID.replace("code: TST001", "code: TST002").replace("name: test-widget-failure", "name: test-widget-borrower")
+    borrower = borrower.replace("    - line: 'widget (?P<widget>\\w+) failed'\n", "    - line: 'gadget (?P<widget>\\w+) down'\n  none:\n    - vocabulary: TST001\n")
+    borrower = borrower.replace("message: 'Widget {widget} failed'", "message: 'Gadget {widget} down'").replace(
+        "    - 'widget alpha failed'\n    - '[rank1]: widget beta failed'\n", "    - 'gadget alpha down'\n    - 'gadget beta down'\n")
+    folder = tmp_path / "pack"
+    folder.mkdir()
+    write(folder, lender, "a.yaml")
+    write(folder, borrower, "b.yaml")
+    ruleset = load_ruleset([folder], builtin=False, use_cache=False)
+    scanner = LogScanner.for_rules(ruleset)
+    assert [f.code for f in diagnose(scanner.scan_bytes(b"gadget one down\n", "x"), ruleset)] == ["TST002"]
+    # TST001 itself needs a second line to fire, but its words alone keep TST002 quiet
+    assert diagnose(scanner.scan_bytes(b"gadget one down\nwidget two failed\n", "x"), ruleset) == []
+    write(folder, borrower.replace("vocabulary: TST001", "vocabulary: TST404"), "b.yaml")
+    with pytest.raises(RuleError) as error:
+        load_ruleset([folder], builtin=False, use_cache=False)
+    assert "vocabulary of unknown rule TST404" in str(error.value)

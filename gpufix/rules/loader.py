@@ -201,7 +201,27 @@ def cross_check(entries: list[dict[str, Any]], builtin_root: str) -> list[str]:
                 if not ref.startswith("category:") and ref not in codes:
                     line = entry.get("lines", {}).get(key, entry["line"])
                     problems.append(f"{entry['source']}:{line}: {key} names unknown rule {ref}")
+    references = {entry["rule"]["code"]: _rule_references(entry["rule"].get("match")) for entry in entries}
+    for entry in entries:
+        for ref in references[entry["rule"]["code"]]:
+            where = f"{entry['source']}:{entry.get('lines', {}).get('match', entry['line'])}"
+            if ref not in codes:
+                problems.append(f"{where}: vocabulary of unknown rule {ref}")
+            elif references.get(ref):
+                problems.append(f"{where}: vocabulary of {ref}, which itself borrows a vocabulary (one level only)")
     return problems
+
+
+def _rule_references(group: Any) -> list[str]:
+    """Codes named by `vocabulary:` leaves anywhere in a match group."""
+    out: list[str] = []
+    if isinstance(group, dict):
+        if isinstance(group.get("vocabulary"), str):
+            out.append(group["vocabulary"])
+        for key in ("all", "any", "none"):
+            for item in group.get(key) or ():
+                out += _rule_references(item)
+    return out
 
 
 def _apply_overrides(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

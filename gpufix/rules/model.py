@@ -71,6 +71,7 @@ class Leaf(NamedTuple):
     message: str | None = None
     ignore_case: bool = False
     series: Any = None  # gpufix.series.SeriesCondition; typed loosely to keep that import off this path
+    vocabulary: str | None = None  # another rule's code: any of its positive matchers (a vocabulary written once)
 
     def patterns(self) -> list[str]:
         return [p for p in (self.line, self.exception, self.message) if p is not None]
@@ -82,6 +83,14 @@ class Group(NamedTuple):
     all: tuple[Node, ...] = ()
     any: tuple[Node, ...] = ()
     none: tuple[Node, ...] = ()
+
+    def positive_leaves(self) -> list[Leaf]:
+        """The rule's vocabulary: every matcher that can make the group hold (all and any, at any
+        depth, whatever conditions a branch adds), none of its exclusions."""
+        out: list[Leaf] = []
+        for node in (*self.all, *self.any):
+            out.extend(node.positive_leaves() if isinstance(node, Group) else [node])
+        return out
 
     def leaves(self) -> list[Leaf]:
         out: list[Leaf] = []
@@ -205,6 +214,8 @@ def _group(data: dict[str, Any]) -> Group:
             from gpufix.series import condition_from_dict
 
             return Leaf(series=condition_from_dict(item))
+        if "vocabulary" in item:
+            return Leaf(vocabulary=item["vocabulary"])
         return Leaf(item.get("line"), item.get("exception"), item.get("message"), bool(item.get("ignore_case")))
 
     return Group(
@@ -229,15 +240,16 @@ class RuleSet:
     """The loaded rules plus the flat list of distinct line patterns the scanner searches for."""
 
     def __init__(self, rules: list[Rule], notes: list[str] | None = None,
-                 literals: dict[str, Any] | None = None) -> None:
+                 literals: dict[str, Any] | None = None, lenders: list[Rule] | None = None) -> None:
         self.rules = rules
-        self.by_code = {r.code: r for r in rules}
+        # `lenders`: rules whose vocabulary these rules borrow, known and scanned for but not run
+        self.by_code = {r.code: r for r in (*(lenders or ()), *rules)}
         self.notes = notes or []
         # pattern_key(...) -> required literals (see literals.py); absent means "not computed"
         self.literals = literals or {}
         self.line_patterns: list[tuple[str, bool]] = []
         self._line_index: dict[tuple[str, bool], int] = {}
-        for rule in rules:
+        for rule in (*rules, *(lenders or ())):
             for leaf in rule.match.leaves():
                 if leaf.line is not None:
                     key = (leaf.line, leaf.ignore_case)
@@ -259,7 +271,9 @@ class RuleSet:
         return self.by_code.get(code.upper())
 
     def subset(self, rules: list[Rule]) -> RuleSet:
-        return RuleSet(rules, self.notes, self.literals)
+        borrowed = {leaf.vocabulary for rule in rules for leaf in rule.match.leaves() if leaf.vocabulary}
+        lenders = [self.by_code[code] for code in sorted(borrowed) if code in self.by_code]
+        return RuleSet(rules, self.notes, self.literals, lenders)
 
 
 def pattern_key(pattern: str, ignore_case: bool) -> str:

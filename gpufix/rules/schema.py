@@ -273,6 +273,12 @@ class _RuleChecker:
         if "series" in leaf:
             self.series_leaf(leaf, where, collect)
             return
+        if "vocabulary" in leaf:  # another rule's matchers (checked against the pack in cross_check)
+            if set(leaf) != {"vocabulary"}:
+                self.err(leaf.line, f"{where}: 'vocabulary' stands alone (the other rule's matchers are used as they are)")
+            if not (isinstance(leaf["vocabulary"], str) and _CODE.match(leaf["vocabulary"])):
+                self.err(self.at(leaf, "vocabulary"), f"{where}.vocabulary must be a rule code such as DST900")
+            return
         self.keys(leaf, LEAF_KEYS, where)
         present = [k for k in ("line", "exception", "message") if k in leaf]
         if not present:
