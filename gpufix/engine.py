@@ -14,7 +14,7 @@ from gpufix import conditions
 from gpufix.evidence import Evidence, ExceptionRecord, LineRef
 from gpufix.findings import Finding, RenderedFix
 from gpufix.regex import compile_pattern, decode_groups
-from gpufix.rules.model import Group, Leaf, Rule, RuleSet
+from gpufix.rules.model import Group, Leaf, Rule, RuleSet, pattern_key
 
 MAX_EVIDENCE_SHOWN = 8
 
@@ -49,6 +49,16 @@ def _series_leaf(leaf: Leaf, evidence: Evidence, bound: dict[str, str]) -> _Resu
     return result
 
 
+def _may_match(ruleset: RuleSet, pattern: str, ignore_case: bool, text: str) -> bool:
+    """False when none of the pattern's required literals occurs in `text` (it cannot match)."""
+    required = ruleset.literals.get(pattern_key(pattern, ignore_case))
+    if not required:
+        return True
+    folded, alternatives = required
+    haystack = text.lower() if folded else text
+    return any(literal in haystack for literal in alternatives)
+
+
 def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord],
           bound: dict[str, str]) -> _Result:
     if leaf.series is not None:
@@ -73,6 +83,13 @@ def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[Exc
             result.refs.extend(hit.lines)
             result.groups.append(hit.groups)
         return result
+    # Compile only what could match: a required literal of the pattern must be in some record
+    # (dozens of exception matchers, one or two exceptions in a paste: most compile for nothing).
+    exceptions = [r for r in exceptions
+                  if (leaf.exception is None or _may_match(ruleset, leaf.exception, leaf.ignore_case, r.type))
+                  and (leaf.message is None or _may_match(ruleset, leaf.message, leaf.ignore_case, r.message))]
+    if not exceptions:
+        return _Result(False)
     type_re = compile_pattern(leaf.exception, leaf.ignore_case) if leaf.exception else None
     message_re = compile_pattern(leaf.message, leaf.ignore_case) if leaf.message else None
     result = _Result(False)
@@ -170,6 +187,7 @@ def _fields(rule: Rule, result: _Result, refs: list[LineRef], facts: dict[str, s
 
 
 def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str, str]) -> Finding:
+    rule = rule.with_details()
     unique: dict[tuple[str, int], LineRef] = {}
     for ref in sorted(result.refs, key=lambda r: (order.get(r.source, 0), r.line)):
         unique.setdefault((ref.source, ref.line), ref)

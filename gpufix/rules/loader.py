@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 from gpufix import __version__
 from gpufix.errors import RuleError
-from gpufix.rules.model import CATEGORIES, Rule, RuleSet, pattern_key
+from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, Rule, RuleSet, pattern_key
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")
@@ -124,7 +124,7 @@ def load_ruleset(
     entries = _apply_overrides(entries)
     literals = _literals(entries)
     if use_cache:
-        lean = [{**e, "rule": {k: v for k, v in e["rule"].items() if k not in _NOT_FOR_DIAGNOSIS}} for e in entries]
+        lean = [{**e, "rule": _lean(e["rule"])} for e in entries]
         _write_cache(os.path.join(cache_dir, name + ".lean"), {"key": key, "entries": lean, "literals": literals})
         _write_cache(os.path.join(cache_dir, name + ".full"), {"key": key, "entries": entries, "literals": literals})
     return _build(entries, literals)
@@ -134,15 +134,26 @@ def load_ruleset(
 _NOT_FOR_DIAGNOSIS = ("examples", "falsepositives")
 
 
+def _lean(rule: dict[str, Any]) -> dict[str, Any]:
+    """A rule for the lean cache: what matching and ranking read as values, the text a finding
+    needs (DETAIL_KEYS) as one marshalled blob that loads as a byte copy and is read only for the
+    rules that fire (Rule.with_details)."""
+    lean = {k: v for k, v in rule.items() if k not in _NOT_FOR_DIAGNOSIS and k not in DETAIL_KEYS}
+    lean["details"] = marshal.dumps({k: rule[k] for k in DETAIL_KEYS if k in rule})
+    return lean
+
+
 def _literals(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Required literals of every line pattern (see literals.py), keyed by pattern_key."""
+    """Required literals of every line, exception-type and message pattern (see literals.py),
+    keyed by pattern_key: a pattern none of whose literals occurs in a text is not compiled for it."""
     from gpufix.rules.literals import required_literals
 
     out: dict[str, Any] = {}
     for rule in _build(entries, {}).rules:
         for leaf in rule.match.leaves():
-            if leaf.line is not None:
-                out[pattern_key(leaf.line, leaf.ignore_case)] = required_literals(leaf.line, leaf.ignore_case)
+            for pattern in (leaf.line, leaf.exception, leaf.message):
+                if pattern is not None:
+                    out[pattern_key(pattern, leaf.ignore_case)] = required_literals(pattern, leaf.ignore_case)
     return out
 
 

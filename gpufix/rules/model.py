@@ -156,16 +156,26 @@ class Rule(NamedTuple):
     overrides: bool = False
     source: str = ""
     line: int = 0
+    details: bytes | None = None  # the lean cache's marshalled DETAIL_KEYS, read when the rule fires
 
     @property
     def is_gpu(self) -> bool:
         return self.category in GPU_CATEGORIES
 
+    def with_details(self) -> Rule:
+        """This rule with its messages, explanation, fixes, references, experiments and lookups
+        (a rule from the lean cache carries them as bytes until it fires)."""
+        if self.details is None:
+            return self
+        import marshal
+
+        return self._replace(details=None, **_detail_fields(marshal.loads(self.details)))
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "", line: int = 0) -> Rule:
         """Build from a validated dict (see schema.py for what validation guarantees)."""
-        message = data["message"]
         examples = data.get("examples") or {}
+        details = data.get("details")  # the lean cache: DETAIL_KEYS marshalled, read when the rule fires
         return cls(
             code=data["code"],
             name=data["name"],
@@ -175,19 +185,13 @@ class Rule(NamedTuple):
             confidence=data["confidence"],
             status=data["status"],
             match=_group(data["match"]),
-            messages=tuple([message] if isinstance(message, str) else message),
-            explanation=data["explanation"].strip(),
-            fixes=tuple(_fix(f) for f in data["fixes"]),
+            **({"details": details, "messages": (), "explanation": "", "fixes": ()} if details is not None
+               else _detail_fields(data)),
             falsepositives=tuple(data.get("falsepositives") or ()),  # absent from the lean cache
             examples=Examples(
                 tuple(examples.get("match") or ()),
                 tuple(examples.get("no_match") or ()),
                 tuple(examples.get("known_misses") or ()),
-            ),
-            references=tuple(data.get("references") or ()),
-            experiments=tuple(
-                ExperimentRef(e) if isinstance(e, str) else ExperimentRef(e["name"], dict(e.get("params") or {}))
-                for e in data.get("experiments") or ()
             ),
             consequence_of=tuple(data.get("consequence_of") or ()),
             suppresses=tuple(data.get("suppresses") or ()),
@@ -196,10 +200,6 @@ class Rule(NamedTuple):
             require=tuple([data["require"]] if isinstance(data.get("require"), str) else data.get("require") or ()),
             priority=int(data.get("priority", DEFAULT_PRIORITY[data["category"]])),
             derive=dict(data.get("derive") or {}),
-            lookups=tuple(
-                Lookup(lk["field"], {str(k): dict(v) for k, v in lk["table"].items()}, lk.get("default"))
-                for lk in data.get("lookup") or ()
-            ),
             overrides=bool(data.get("overrides", False)),
             source=source,
             line=line,
@@ -223,6 +223,29 @@ def _group(data: dict[str, Any]) -> Group:
         tuple(node(i) for i in data.get("any") or ()),
         tuple(node(i) for i in data.get("none") or ()),
     )
+
+
+# What only a finding needs: kept as marshalled bytes in the lean cache, read when a rule fires.
+DETAIL_KEYS = ("message", "explanation", "fixes", "references", "experiments", "lookup")
+
+
+def _detail_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """Rule fields built from DETAIL_KEYS of a validated rule dict."""
+    message = data["message"]
+    return {
+        "messages": tuple([message] if isinstance(message, str) else message),
+        "explanation": data["explanation"].strip(),
+        "fixes": tuple(_fix(f) for f in data["fixes"]),
+        "references": tuple(data.get("references") or ()),
+        "experiments": tuple(
+            ExperimentRef(e) if isinstance(e, str) else ExperimentRef(e["name"], dict(e.get("params") or {}))
+            for e in data.get("experiments") or ()
+        ),
+        "lookups": tuple(
+            Lookup(lk["field"], {str(k): dict(v) for k, v in lk["table"].items()}, lk.get("default"))
+            for lk in data.get("lookup") or ()
+        ),
+    }
 
 
 def _fix(data: dict[str, Any]) -> Fix:
