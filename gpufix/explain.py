@@ -79,12 +79,14 @@ class _Sniffed:
         return self.stream.read(size)
 
 
-def _scan(scanner: LogScanner, stream: BinaryIO, source: str) -> Evidence:
+def _scan(scanner: LogScanner, stream: BinaryIO, source: str, sniff: bool = True) -> Evidence:
+    """Scan one input. `sniff`: refuse one that looks binary (a user passing the wrong file); a
+    run record's output is the job's text with whatever binary it printed, and is always scanned."""
     try:
         head = stream.read(BINARY_SNIFF_BYTES)
     except OSError as exc:
         raise InputError(f"cannot read {source}: {exc.strerror or exc}") from None
-    if _looks_binary(head):
+    if sniff and _looks_binary(head):
         raise InputError(
             f"{source} looks like binary data, not a log or traceback",
             hint="pass the text log (for a run record, the log file inside it)",
@@ -316,7 +318,7 @@ def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -
         else:
             log = _record_output(path)
             with _open(log) as stream:
-                evidence.merge(_scan(scanner, stream, log))
+                evidence.merge(_scan(scanner, stream, log, sniff=log == path))
             if log != path:
                 add_record_evidence(evidence, path, scanner)
     if evidence.bytes_read == 0 and not evidence.series:

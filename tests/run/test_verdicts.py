@@ -142,3 +142,24 @@ def test_dataloader_advice_only_where_there_is_a_dataloader(tmp_path: Path) -> N
               b"  File \"/data/proj/data.py\", line 21, in __getitem__\n    label = record['label']\nKeyError: 'label'\n")
     doc = json.loads(run_gpufix("explain", "--format", "json", stdin=pasted).stdout)
     assert any("num_workers=0" in fix["title"] for fix in doc["findings"][0]["fixes"])
+
+
+def test_binary_output_does_not_hide_the_diagnosis(tmp_path: Path) -> None:
+    """A record's output is the job's text with whatever binary it printed: 70 KB of NULs first
+    must not make gpufix call the record binary and drop the OOM printed after them."""
+    records = tmp_path / "records"
+    code = ("import os, sys; os.write(1, b'\\0' * 70000); "
+            "sys.stderr.write('torch.OutOfMemoryError: CUDA out of memory.\\n'); sys.exit(1)")
+    result = subprocess.run([sys.executable, "-m", "gpufix", "run", "--record-dir", str(records), "--",
+                             sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert result.returncode == 1 and len(result.stdout) == 70000
+    (record,) = [p for p in records.iterdir() if p.is_dir()]
+    doc = json.loads((record / "result.json").read_text())
+    assert doc["findings"] and doc["findings"][0]["category"] == "oom", doc
+    again = json.loads(run_gpufix("explain", "--format", "json", str(record)).stdout)
+    assert again["findings"][0]["category"] == "oom"
+    # a file the user names directly is still sniffed: a binary file is refused with a hint
+    blob = tmp_path / "model.bin"
+    blob.write_bytes(bytes(range(256)) * 400)
+    refused = run_gpufix("explain", str(blob))
+    assert refused.returncode == 2 and b"looks like binary data" in refused.stderr
