@@ -235,3 +235,159 @@ def test_vocabulary_borrows_another_rules_matchers(tmp_path: Path) -> None:
     with pytest.raises(RuleError) as error:
         load_ruleset([folder], builtin=False, use_cache=False)
     assert "vocabulary of unknown rule TST404" in str(error.value)
+
+
+# --- Hostile rule files (issue 14, item 8): refused as `path:line: message`, exit 2, bounded time and memory.
+
+BILLION_LAUGHS = "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
+    for prev, name in zip([None, *"abcdefgh"], "abcdefghi")
+)  # nine levels of nine: 387 million strings once expanded
+PEAK_LIMIT_KB = 200 * 1024
+
+
+def _run_measured(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+                  timeout: float = 30) -> tuple[int, str, str, int, float]:
+    """`python -m gpufix ARGS` run by a small wrapper process, so that the wrapper's
+    getrusage(RUSAGE_CHILDREN).ru_maxrss (after minus before) is that run's peak RSS alone; the
+    run gets a 2 GiB address-space cap so a regression fails the test instead of the machine.
+    Returns (exit status, stdout, stderr, peak KB, seconds)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    wrapper = (
+        "import json, resource, subprocess, sys\n"
+        "def cap():\n"
+        "    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "r = subprocess.run([sys.executable, '-m', 'gpufix', *sys.argv[2:]], capture_output=True, preexec_fn=cap)\n"
+        "after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "json.dump({'rc': r.returncode, 'out': r.stdout.decode(errors='replace'), 'err': r.stderr.decode(errors='replace'),"
+        " 'before': before, 'after': after}, open(sys.argv[1], 'w'))\n"
+    )
+    report = tmp_path / "measured.json"
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", wrapper, str(report), *args], cwd=ROOT, timeout=timeout,
+                   env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL, check=True)
+    seconds = time.monotonic() - start
+    got = json.loads(report.read_text())
+    assert got["before"] == 0  # the wrapper had no other child: `after` is this run's peak
+    return got["rc"], got["out"], got["err"], got["after"], seconds
+
+
+def test_billion_laughs_is_refused_at_the_first_alias_in_bounded_memory(tmp_path: Path) -> None:
+    path = write(tmp_path, BILLION_LAUGHS, "bomb.yaml")
+    assert len(BILLION_LAUGHS) < 600
+    rc, out, err, peak_kb, seconds = _run_measured(tmp_path, "rules", "check", str(path))
+    assert rc == 2, (out, err)
+    assert f"{path}:2: YAML alias *a is not allowed in a rule file" in out
+    assert "internal error" not in err and "Traceback" not in err
+    assert peak_kb < PEAK_LIMIT_KB, f"peak RSS {peak_kb} KB"
+    assert seconds < 20
+
+
+def test_recursive_alias_is_a_problem_not_a_recursion_error(tmp_path: Path) -> None:
+    path = write(tmp_path, VALID + "falsepositive_loop: &loop [*loop]\n", "loop.yaml")
+    rc, out, err, peak_kb, _seconds = _run_measured(tmp_path, "rules", "check", str(path))
+    assert rc == 2 and f"{path}:{VALID.count(chr(10)) + 1}: YAML alias *loop is not allowed" in out, (out, err)
+    assert "RecursionError" not in err and "internal error" not in err and peak_kb < PEAK_LIMIT_KB
+    # an anchor alone expands nothing, but an alias of a harmless value is refused all the same
+    text = VALID.replace("title: Widget failure", "title: &t Widget failure").replace(
+        "explanation: Widgets fail.", "explanation: *t")
+    assert problems_for(tmp_path, text) == [f"{tmp_path / 'rule.yaml'}:12: YAML alias *t is not allowed in a rule file "
+                                            "(anchors and aliases are refused: write the value out where it is used)"]
+
+
+def test_python_tags_are_refused_and_nothing_is_executed(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    applied = write(tmp_path, f'code: !!python/object/apply:os.system ["echo pwned > {marker}"]\n', "apply.yaml")
+    named = write(tmp_path, VALID.replace("title: Widget failure", "title: !!python/name:os.system"), "name.yaml")
+    local = write(tmp_path, VALID.replace("severity: error", "severity: !error error"), "local.yaml")
+    rc, out, err, _peak_kb, _seconds = _run_measured(tmp_path, "rules", "check", str(applied), str(named), str(local))
+    assert rc == 2, (out, err)
+    assert f"{applied}:1: YAML tag !!python/object/apply:os.system is not allowed in a rule file" in out
+    assert f"{named}:3: YAML tag !!python/name:os.system is not allowed in a rule file" in out
+    assert f"{local}:5: YAML tag !error is not allowed in a rule file" in out
+    assert "internal error" not in err and "ConstructorError" not in err
+    assert not marker.exists()
+    # the core types may still be spelt out; a value that is not one is a problem, not a crash
+    assert problems_for(tmp_path, VALID.replace("title: Widget failure", "title: !!str Widget failure")) == []
+    assert problems_for(tmp_path, VALID.replace("priority", "x") + "priority: !!int lots\n") == [
+        f"{tmp_path / 'rule.yaml'}:{VALID.count(chr(10)) + 1}: cannot read !!int value 'lots': invalid literal for int() with base 10: 'lots'"]
+
+
+def _fifo_pack(tmp_path: Path) -> Path:
+    import os
+
+    folder = tmp_path / "pack"
+    folder.mkdir()
+    write(folder, VALID, "TST001-good.yaml")
+    os.mkfifo(folder / "TST002-fifo.yaml")  # nobody ever writes to it: a blocking open would wait for ever
+    return folder
+
+
+def test_fifo_rule_file_is_refused_without_blocking_rules_check(tmp_path: Path) -> None:
+    folder = _fifo_pack(tmp_path)
+    rc, out, err, _peak_kb, seconds = _run_measured(tmp_path, "rules", "check", str(folder), timeout=20)
+    assert rc == 2, (out, err)
+    assert out.splitlines() == [f"{folder}/TST002-fifo.yaml:1: not a regular file (a FIFO): refused unread; "
+                                "a rule file must be a plain YAML file"]
+    assert seconds < 15
+    # named on its own, it is the same problem (not "no such rule file")
+    result = run_gpufix("rules", "check", str(folder / "TST002-fifo.yaml"), timeout=20)
+    assert result.returncode == 2 and b"TST002-fifo.yaml:1: not a regular file (a FIFO)" in result.stdout
+
+
+def test_fifo_device_and_broken_links_on_rules_path_stop_explain_promptly(tmp_path: Path) -> None:
+    import os
+
+    folder = _fifo_pack(tmp_path)
+    traceback = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    for env in ({"GPUFIX_RULES_PATH": str(folder)}, None):
+        args = ("explain",) if env else ("explain", "--rules", str(folder))
+        result = run_gpufix(*args, stdin=traceback, env=env, timeout=20)
+        assert result.returncode == 2, result
+        assert f"{folder}/TST002-fifo.yaml:1: not a regular file (a FIFO)".encode() in result.stderr
+        assert b"internal error" not in result.stderr
+    os.unlink(folder / "TST002-fifo.yaml")
+    os.symlink("/dev/zero", folder / "TST003-zero.yaml")  # endless: must never be read
+    os.symlink(tmp_path / "nowhere.yaml", folder / "TST004-broken.yaml")
+    result = run_gpufix("explain", stdin=traceback, env={"GPUFIX_RULES_PATH": str(folder)}, timeout=20)
+    assert result.returncode == 2, result
+    assert f"{folder}/TST003-zero.yaml:1: not a regular file (a symlink to a character device)".encode() in result.stderr
+    assert f"{folder}/TST004-broken.yaml:1: cannot read: No such file or directory".encode() in result.stderr
+    assert b"internal error" not in result.stderr
+
+
+def test_oversized_rule_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text(VALID + "# padding\n" * (2 << 20))  # 20 MiB
+    rc, out, err, peak_kb, seconds = _run_measured(tmp_path, "rules", "check", str(path))
+    assert rc == 2, (out, err)
+    assert out.splitlines() == [f"{path}:1: rule file larger than 4 MiB: refused (a rule file is a few KB)"]
+    assert peak_kb < 100 * 1024 and seconds < 15
+    # under the size limit, a file of a million tiny values stops at the value limit, still small
+    many = write(tmp_path, "- a\n" * 1_000_000, "many.yaml")
+    rc, out, err, peak_kb, _seconds = _run_measured(tmp_path, "rules", "check", str(many))
+    assert rc == 2 and f"{many}:100000: more than 100000 values in one rule file" in out, (out, err)
+    assert peak_kb < PEAK_LIMIT_KB
+
+
+def test_invalid_utf8_nesting_and_documents_are_problems_with_lines(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(VALID.replace("title: Widget failure", "title: Widget d\xe9faillance").encode("latin-1"))
+    _entries, problems = validate_files([path])
+    assert problems == [f"{path}:3: not UTF-8 text (invalid continuation byte at byte 54)"]
+    result = run_gpufix("rules", "check", str(path))
+    assert result.returncode == 2 and result.stdout.decode().startswith(f"{path}:3: not UTF-8 text")
+    deep = "".join("  " * i + "k:\n" for i in range(100))
+    assert problems_for(tmp_path, deep) == [f"{tmp_path / 'rule.yaml'}:65: lists and mappings nested more than 64 deep"]
+    assert problems_for(tmp_path, VALID + "---\n" + VALID) == [
+        f"{tmp_path / 'rule.yaml'}:{VALID.count(chr(10)) + 1}: a rule file holds one YAML document (a second one starts here)"]
+    # a date is text in a rule file (nothing that marshal or a message cannot hold)
+    assert any("code '2024-01-01' must be" in p for p in problems_for(tmp_path, VALID.replace("TST001", "2024-01-01")))

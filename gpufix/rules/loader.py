@@ -57,6 +57,8 @@ def rule_files(paths: list[str]) -> list[str]:
                 subdirs.sort()
                 found += [os.path.join(folder, n) for n in names if n.endswith(RULE_SUFFIXES)]
             files.extend(sorted(found))
+        elif os.path.exists(path):  # a FIFO, device or socket named as such: validate_files says why not
+            files.append(path)
         else:
             raise RuleError([f"{path}: no such rule file or folder"], hint="check --rules and GPUFIX_RULES_PATH")
     # A folder named twice (the built-in pack and `rules check rules/memory`) is read once.
@@ -92,7 +94,11 @@ def _cache_key(files: list[str]) -> str:
     """
     parts = [f"{__version__}/{SCHEMA_VERSION}/{sys.version}"]
     for path in files:
-        st = os.stat(path)
+        try:
+            st = os.stat(path)
+        except OSError:  # a broken symlink: no cache entry matches, validate_files says what is wrong
+            parts.append(f"{path}\0missing")
+            continue
         parts.append(f"{path if os.path.isabs(path) else os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}")
     return "\n".join(parts)
 
@@ -165,18 +171,67 @@ def validate_files(files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     problems: list[str] = []
     for path in files:
         try:
-            with open(path, "rb") as f:
-                text = f.read().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            problems.append(f"{path}:1: not UTF-8 text ({exc.reason} at byte {exc.start})")
-            continue
+            data = read_rule_file(path)
         except OSError as exc:
-            problems.append(f"{path}:1: cannot read: {exc.strerror}")
+            problems.append(f"{path}:1: cannot read: {exc.strerror or exc}")
+            continue
+        except ValueError as exc:
+            problems.append(f"{path}:1: {exc}")
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            problems.append(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})")
             continue
         rules, file_problems = parse_file(path, text)
         problems += file_problems
         entries += [{"rule": rule, "source": path, "line": line, "lines": lines} for rule, line, lines in rules]
     return entries, problems
+
+
+MAX_RULE_FILE_BYTES = 4 << 20  # the built-in pack's largest file is ~21 KB
+
+_NOT_REGULAR = (("S_ISFIFO", "a FIFO"), ("S_ISCHR", "a character device"), ("S_ISBLK", "a block device"),
+                ("S_ISSOCK", "a socket"), ("S_ISDIR", "a folder"))
+
+
+def _not_regular(mode: int) -> str | None:
+    import stat
+
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _NOT_REGULAR if getattr(stat, test)(mode)), "not a plain file")
+
+
+def read_rule_file(path: str) -> bytes:
+    """A rule file's bytes, read only if it is a regular file of at most MAX_RULE_FILE_BYTES.
+
+    stat first: a FIFO, device or socket (or a symlink to one) is refused without being opened
+    for a read that could block or never end. The open is non-blocking and re-checked with fstat,
+    so a file swapped for a FIFO in between cannot hang it either. Raises OSError, or ValueError
+    saying why the file is refused.
+    """
+    refused = _not_regular(os.stat(path).st_mode)
+    if refused is None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            refused = _not_regular(st.st_mode)
+            if refused is None and st.st_size <= MAX_RULE_FILE_BYTES:
+                chunks, size = [], 0
+                while size <= MAX_RULE_FILE_BYTES:  # bounded even if it grows while read
+                    chunk = os.read(fd, MAX_RULE_FILE_BYTES + 1 - size)
+                    if not chunk:
+                        return b"".join(chunks)
+                    chunks.append(chunk)
+                    size += len(chunk)
+        finally:
+            os.close(fd)
+    if refused is not None:
+        what = f"a symlink to {refused}" if os.path.islink(path) else refused
+        raise ValueError(f"not a regular file ({what}): refused unread; a rule file must be a plain YAML file")
+    raise ValueError(f"rule file larger than {MAX_RULE_FILE_BYTES >> 20} MiB: refused (a rule file is a few KB)")
 
 
 def cross_check(entries: list[dict[str, Any]], builtin_root: str) -> list[str]:
@@ -249,7 +304,7 @@ def _write_cache(cache_file: str, content: dict[str, Any]) -> None:
         with open(tmp, "wb") as f:
             marshal.dump(content, f)
         os.replace(tmp, cache_file)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: marshal met a value it cannot write
         pass  # a read-only home or full disk costs start-up time, nothing else
 
 

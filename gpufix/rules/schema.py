@@ -54,31 +54,126 @@ class LList(list, _Located):  # type: ignore[type-arg]
 
 
 _SCALARS = yaml.constructor.SafeConstructor()  # builds ints, bools and strings from scalar nodes
+_RESOLVER = yaml.resolver.Resolver()  # a plain scalar's implicit type (int, bool, null...), as compose would
+_CORE = "tag:yaml.org,2002:"
+_STR = _CORE + "str"
+# Explicit tags a rule file may carry; any other (`!!python/...`, `!local`, `!!binary`...) is refused.
+_ALLOWED_TAGS = {
+    yaml.ScalarEvent: {_CORE + t for t in ("str", "int", "float", "bool", "null")},
+    yaml.SequenceStartEvent: {_CORE + "seq"},
+    yaml.MappingStartEvent: {_CORE + "map"},
+}
+MAX_DEPTH = 64  # nesting of mappings and lists (the built-in pack needs under 10)
+MAX_NODES = 100_000  # values in one file (the built-in pack's largest file has ~1,500)
+_SKIP = object()  # the key of a value that is read but not kept (its key was not a plain scalar)
 
 
-def _to_data(node: yaml.Node, problems: list[str], path: str) -> Any:
-    line = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out = LDict()
-        out.line, out.lines = line, {}
-        for key_node, value_node in node.value:
-            key = _to_data(key_node, problems, path)
-            if not isinstance(key, (str, int, float, bool)) or key is None:
-                problems.append(f"{path}:{key_node.start_mark.line + 1}: mapping key must be a plain scalar")
+class _Refused(Exception):
+    """A rule file that is not read any further: hostile or broken YAML, at a line."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
+def _tag_name(tag: str) -> str:
+    return "!!" + tag[len(_CORE):] if tag.startswith(_CORE) else tag
+
+
+def _scalar(event: yaml.ScalarEvent, line: int) -> Any:
+    tag = event.tag
+    if tag is None or tag == "!":
+        if not event.implicit[0]:  # quoted: a string (what Resolver.resolve would say)
+            return event.value
+        tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+        if tag not in _ALLOWED_TAGS[yaml.ScalarEvent]:  # a date, '<<', '=': text (nothing to marshal or merge)
+            return event.value
+    if tag == _STR:
+        return event.value
+    construct = _SCALARS.yaml_constructors.get(tag)
+    if construct is None:
+        raise _Refused(line, f"YAML value {event.value[:40]!r} of type {_tag_name(tag)} is not allowed in a rule file")
+    try:  # not construct_object: that would keep every node of every file in _SCALARS' memo
+        return construct(_SCALARS, yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style))
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        raise _Refused(line, f"cannot read {_tag_name(tag)} value {event.value[:40]!r}: {exc}") from None
+
+
+def _compose(text: str, problems: list[str], path: str) -> Any:
+    """The file's one document as LDict/LList/scalars, read event by event from the YAML parser.
+
+    Nothing is expanded or executed: an alias (`*name`) is refused where it stands, before any
+    value is copied, so a "billion laughs" file costs what its text costs; so are tags other
+    than plain strings, numbers, booleans, null, lists and mappings (`!!python/...`), nesting
+    deeper than MAX_DEPTH and more than MAX_NODES values. Raises _Refused; returns _SKIP for an
+    empty file.
+    """
+    parser = _Loader(text)
+    root: Any = _SKIP
+    stack: list[list[Any]] = []  # [container, pending key (None: none yet), its line] per open mapping/list
+    nodes = documents = 0
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            kind = type(event)
+            line = event.start_mark.line + 1
+            if kind is yaml.AliasEvent:
+                raise _Refused(line, f"YAML alias *{event.anchor} is not allowed in a rule file "
+                               "(anchors and aliases are refused: write the value out where it is used)")
+            if kind is yaml.SequenceEndEvent or kind is yaml.MappingEndEvent:
+                stack.pop()
                 continue
-            if key in out:
-                problems.append(f"{path}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
-            out[key] = _to_data(value_node, problems, path)
-            out.lines[key] = key_node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        items = LList()
-        items.line, items.lines = line, {}
-        for index, child in enumerate(node.value):
-            items.append(_to_data(child, problems, path))
-            items.lines[index] = child.start_mark.line + 1
-        return items
-    return _SCALARS.construct_object(node)
+            if kind is yaml.DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    raise _Refused(line, "a rule file holds one YAML document (a second one starts here)")
+                continue
+            if kind not in _ALLOWED_TAGS:  # stream start/end, document end
+                continue
+            tag = event.tag
+            if tag is not None and tag != "!" and tag not in _ALLOWED_TAGS[kind]:
+                raise _Refused(line, f"YAML tag {_tag_name(tag)} is not allowed in a rule file (rules are data: "
+                               "strings, numbers, booleans, lists and mappings only)")
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise _Refused(line, f"more than {MAX_NODES} values in one rule file")
+            if kind is yaml.ScalarEvent:
+                value: Any = _scalar(event, line)
+            else:
+                if len(stack) >= MAX_DEPTH:
+                    raise _Refused(line, f"lists and mappings nested more than {MAX_DEPTH} deep")
+                value = LDict() if kind is yaml.MappingStartEvent else LList()
+                value.line, value.lines = line, {}
+            if not stack:
+                root = value
+            else:
+                top = stack[-1]
+                parent = top[0]
+                if isinstance(parent, LList):
+                    parent.lines[len(parent)] = line
+                    parent.append(value)
+                elif top[1] is None:  # a mapping's key
+                    if value is None or not isinstance(value, (str, int, float, bool)):
+                        problems.append(f"{path}:{line}: mapping key must be a plain scalar")
+                        value_key: Any = _SKIP
+                    else:
+                        value_key = value
+                        if value in parent:
+                            problems.append(f"{path}:{line}: duplicate key {value!r}")
+                    top[1], top[2] = value_key, line
+                    if isinstance(value, (LDict, LList)):  # a complex key: read it, keep nothing
+                        stack.append([value, None, 0])
+                    continue
+                else:  # a mapping's value
+                    if top[1] is not _SKIP:
+                        parent[top[1]] = value
+                        parent.lines[top[1]] = top[2]
+                    top[1] = None
+            if isinstance(value, (LDict, LList)):
+                stack.append([value, None, 0])
+    finally:
+        parser.dispose()
+    return root
 
 
 def parse_file(path: str, text: str) -> tuple[list[tuple[dict[str, Any], int, dict[str, int]]], list[str]]:
@@ -86,16 +181,17 @@ def parse_file(path: str, text: str) -> tuple[list[tuple[dict[str, Any], int, di
     plus the problems found."""
     problems: list[str] = []
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        data = _compose(text, problems, path)
+    except _Refused as exc:
+        return [], [f"{path}:{exc.line}: {exc.message}"]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         return [], [f"{path}:{line}: YAML syntax error: {exc.problem or exc.context}"]
     except yaml.YAMLError as exc:
         return [], [f"{path}:1: YAML error: {exc}"]
-    if node is None:
+    if data is _SKIP:
         return [], [f"{path}:1: empty rule file"]
-    data = _to_data(node, problems, path)
     docs = data if isinstance(data, list) else [data]
     rules = []
     for index, doc in enumerate(docs):
@@ -129,6 +225,8 @@ class _RuleChecker:
         self.fields: set[str] = set(BUILTIN_FIELDS)
 
     def err(self, line: int, message: str) -> None:
+        if len(message) > 1000:  # a value quoted in full could be megabytes
+            message = message[:1000] + "..."
         self.problems.append(f"{self.path}:{line}: {message}")
 
     def at(self, mapping: LDict, key: Any) -> int:
