@@ -18,6 +18,7 @@ from gpufix.evidence import Evidence
 from gpufix.findings import Finding
 from gpufix.postmortem.discover import RunGroup
 from gpufix.postmortem.runinfo import environment, line_context, read_record, record_time_at
+from gpufix.postmortem.safeio import not_regular
 from gpufix.postmortem.scan import with_rank
 from gpufix.postmortem.telemetry import read_samples, summarise
 from gpufix.postmortem.times import file_mtime, iso, parse_iso, parse_line_time
@@ -102,6 +103,31 @@ class RunReport:
         }
 
 
+_RECORD_FILES = ("meta.json", "result.json", "output.idx", "telemetry.jsonl")
+_RECORD_FOLDERS = ("stacks", "probe")
+
+
+def record_hazards(record_dir: str) -> list[str]:
+    """Notes for the files of a record that gpufix would read but that are not regular files (a
+    FIFO would block the read for ever, a link to /dev/zero never end): the record's own files
+    and those in `stacks/` and `probe/`. Stack dumps and measurements are read (gpufix.explain)
+    only when there is none."""
+    paths = [os.path.join(record_dir, name) for name in _RECORD_FILES]
+    for sub in _RECORD_FOLDERS:
+        try:
+            with os.scandir(os.path.join(record_dir, sub)) as entries:
+                paths += sorted(e.path for e in entries if not e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+    notes = []
+    for path in paths:
+        if os.path.lexists(path):
+            why = not_regular(path)
+            if why is not None:
+                notes.append(f"{path}: {why}")
+    return notes
+
+
 def merged_evidence(files: list[FileResult]) -> Evidence:
     """The run's evidence: every scanned file, ranks from per-rank file paths filled in."""
     evidence = Evidence()
@@ -115,7 +141,11 @@ def analyze_run(group: RunGroup, files: list[FileResult], ruleset: RuleSet, wind
     """Diagnose one run's files together and work out its status, culprit and timing."""
     notes = [f"{f.path}: binary data (a flight-recorder dump?) not scanned" for f in files if f.facts.get("binary")]
     evidence = merged_evidence(files)
-    if group.record_dir:
+    hazards = record_hazards(group.record_dir) if group.record_dir else []
+    notes += hazards
+    if group.record_dir and hazards:
+        notes.append(f"{group.record_dir}: its stack dumps and measurements were not read (a file in it is not a regular file)")
+    elif group.record_dir:
         # What `gpufix run` diagnosed the record from: its stack dumps and measurements too.
         from gpufix.explain import add_record_evidence
         from gpufix.logscan import LogScanner

@@ -18,6 +18,7 @@ from gpufix.postmortem.discover import LogFile, RunGroup, discover
 from gpufix.postmortem.facts import file_facts
 from gpufix.postmortem.index import INDEX_NAME, Index, rules_version
 from gpufix.postmortem.runinfo import read_record
+from gpufix.postmortem.safeio import not_regular
 from gpufix.postmortem.scan import ScanFn, scan_many
 from gpufix.postmortem.telemetry import read_samples
 from gpufix.postmortem.times import iso, parse_iso
@@ -57,10 +58,15 @@ def _results(groups: list[RunGroup], ruleset: RuleSet, index: Index, scan_fn: Sc
     todo: list[tuple[LogFile, str, int, int, dict[str, Any]]] = []
     for log in (f for g in groups for f in g.files):
         abspath = os.path.abspath(log.path)
+        why = not_regular(abspath)  # only regular files are read: a FIFO or device is a note, never a hang
+        if why is not None:
+            notes.append(f"{log.path}: {why}")
+            results[log.path] = FileResult(log.path, log.role, log.rank, None, {"error": why})
+            continue
         try:
             st = os.stat(abspath)
         except OSError as exc:
-            notes.append(f"{log.path}: cannot read: {exc.strerror}")
+            notes.append(f"{log.path}: cannot read ({exc.strerror})")
             results[log.path] = FileResult(log.path, log.role, log.rank, None, {"error": exc.strerror})
             continue
         cached = index.lookup(abspath, st.st_size, st.st_mtime_ns, log.path)
@@ -68,6 +74,8 @@ def _results(groups: list[RunGroup], ruleset: RuleSet, index: Index, scan_fn: Sc
             results[log.path] = FileResult(log.path, log.role, log.rank, cached[0], cached[1])
             continue
         facts = file_facts(abspath)
+        if facts.get("error"):
+            notes.append(f"{log.path}: {facts['error']}; not scanned")
         if facts.get("binary") or facts.get("error"):
             results[log.path] = FileResult(log.path, log.role, log.rank, None, facts)
             continue
@@ -125,9 +133,10 @@ def postmortem(paths: list[str], ruleset: RuleSet, index_path: str | None = None
     """Diagnose every run found under `paths`; raises InputError when a path is missing or holds no log."""
     if not paths:
         raise InputError("no PATH given", hint="gpufix postmortem gpufix-runs/  (records, logs or folders of them)")
-    groups = discover(paths)
+    skipped: list[str] = []  # files not read while discovering (FIFOs, devices, dangling links, unlistable folders)
+    groups = discover(paths, skipped)
     if not groups:
-        raise InputError(f"no logs found in {', '.join(paths)}",
+        raise InputError(f"no logs found in {', '.join(paths)}" + "".join(f"\n  {n}" for n in skipped[:20]),
                          hint="pass run records, Slurm .out files, torchrun --log-dir trees or *.log files")
     index = Index((index_path or default_index_path(paths)) if use_index else None, rules_version(ruleset))
     try:
@@ -150,15 +159,17 @@ def postmortem(paths: list[str], ruleset: RuleSet, index_path: str | None = None
     finally:
         index.close()
     samples = {r.id: read_samples(r.record_dir) if r.record_dir else [] for r in runs}
-    return Postmortem(runs, summary, notes + index.notes + list(ruleset.notes), samples, scanned)
+    return Postmortem(runs, summary, skipped + notes + index.notes + list(ruleset.notes), samples, scanned)
 
 
 def since_when(code: str, index_path: str) -> dict[str, Any] | None:
     """The index's answer to "since when has CODE been a root cause", or None without an index."""
-    if not os.path.exists(index_path):
+    if not os.path.lexists(index_path):
         return None
     index = Index(index_path, "")
     try:
+        if not index.enabled and index.notes:  # refused (a symbolic link, not a regular file) or unusable
+            raise InputError(index.notes[0].replace("; every file is scanned", ""))
         return index.history(code)
     finally:
         index.close()

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from gpufix.errors import InputError
+from gpufix.postmortem.safeio import not_regular, read_regular
 from gpufix.record.layout import OUTPUT_LOG, is_record_dir
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -52,8 +54,7 @@ def _is_kernel_log(path: str) -> bool:
     if _KERNEL_NAME.match(os.path.basename(path)):
         return True
     try:
-        with open(path, "rb") as f:
-            return b"NVRM: Xid" in f.read(_SNIFF_BYTES)
+        return b"NVRM: Xid" in read_regular(path, _SNIFF_BYTES)
     except OSError:
         return False
 
@@ -74,19 +75,38 @@ def _torchrun_parts(path: str) -> tuple[str, int | None, int] | None:
     return os.sep.join(above + [run_dir]), None, int(local)
 
 
-def _walk(root: str) -> list[str]:
-    """Every non-hidden file under `root`, sorted; a record folder stands for itself."""
-    if os.path.isfile(root):
-        return [root]
+def _walk(root: str, notes: list[str]) -> list[str]:
+    """Every non-hidden file under `root`, sorted, depth first (as os.walk top-down); a record
+    folder stands for itself. Iterative, so a tree of any depth is walked; symbolic links to
+    folders are not followed; a folder that cannot be listed is a note."""
+    try:
+        if not stat.S_ISDIR(os.stat(root).st_mode):
+            return [root]
+    except OSError:
+        return [root]  # discover notes what it is
     found: list[str] = []
-    for folder, subdirs, names in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+    stack = [root]
+    while stack:
+        folder = stack.pop()
         if is_record_dir(folder):
             found.append(folder)
-            subdirs[:] = []  # a record's other files are not logs to scan
+            continue  # a record's other files are not logs to scan
+        try:
+            with os.scandir(folder) as entries:
+                listed = [(e.name, _is_folder(e), e.is_symlink()) for e in entries if not e.name.startswith(".")]
+        except OSError as exc:
+            notes.append(f"{folder}: cannot list this folder ({exc.strerror or exc}); skipped")
             continue
-        found += [os.path.join(folder, n) for n in sorted(names) if not n.startswith(".")]
+        found += [os.path.join(folder, name) for name, is_dir, _link in sorted(listed) if not is_dir]
+        stack += [os.path.join(folder, name) for name, is_dir, link in sorted(listed, reverse=True) if is_dir and not link]
     return found
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _wanted(path: str, explicit: bool) -> bool:
@@ -95,8 +115,13 @@ def _wanted(path: str, explicit: bool) -> bool:
         _KERNEL_NAME.match(name) or _FLIGHT.match(name) or _SLURM.match(name))
 
 
-def discover(paths: list[str]) -> list[RunGroup]:
-    """Group the logs under `paths` into runs (kernel logs are separate runs of kind `kernel`)."""
+def discover(paths: list[str], notes: list[str] | None = None) -> list[RunGroup]:
+    """Group the logs under `paths` into runs (kernel logs are separate runs of kind `kernel`).
+
+    Only regular files are taken: a log-named FIFO, device, socket or dangling symbolic link,
+    and a folder that cannot be listed, is a note appended to `notes`, never opened.
+    """
+    notes = [] if notes is None else notes
     groups: dict[str, RunGroup] = {}
     torchrun_ranks: dict[str, list[tuple[LogFile, int | None, int]]] = {}
     seen: set[str] = set()
@@ -104,7 +129,7 @@ def discover(paths: list[str]) -> list[RunGroup]:
         if not os.path.exists(root):
             raise InputError(f"{root}: no such file or folder",
                              hint="pass run records, log files or folders of them: gpufix postmortem runs/")
-        for path in _walk(root):
+        for path in _walk(root, notes):
             real = os.path.realpath(path)
             if real in seen:
                 continue
@@ -114,6 +139,10 @@ def discover(paths: list[str]) -> list[RunGroup]:
                 groups[real] = RunGroup(rid, "record", real, [LogFile(os.path.join(path, OUTPUT_LOG), "record")], path)
                 continue
             if not _wanted(path, explicit=path == root):
+                continue
+            why = not_regular(path)
+            if why is not None:
+                notes.append(f"{path}: {why}")
                 continue
             tr = _torchrun_parts(path)
             if tr is not None:

@@ -8,11 +8,11 @@ the scan.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from gpufix.explain import BINARY_SNIFF_BYTES, _looks_binary
+from gpufix.postmortem.safeio import NotRegularFile, open_regular
 from gpufix.postmortem.times import file_mtime, iso, parse_line_time
 
 EDGE_BYTES = 256 * 1024
@@ -42,13 +42,14 @@ _RC_TIME = re.compile(r"time\s*:\s*(\S+)")
 
 
 def _edges(path: str) -> tuple[bytes, bytes, int]:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    """The first and last 256 KiB of a regular file (the size stat-ed at open bounds every read)."""
+    with open_regular(path) as f:
+        size = f.size
         head = f.read(EDGE_BYTES)
         if size <= 2 * EDGE_BYTES:
             return head + f.read(), b"", size
         f.seek(size - EDGE_BYTES)
-        tail = f.read()
+        tail = f.read(EDGE_BYTES)
     tail = tail[tail.find(b"\n") + 1:]  # a torn first line
     return head, tail, size
 
@@ -63,11 +64,17 @@ def _times(text: str, year: int | None, reverse: bool) -> str | None:
 
 
 def file_facts(path: str) -> dict[str, Any]:
-    """JSON-ready facts about one file (see the module docstring); never raises on content."""
+    """JSON-ready facts about one file (see the module docstring); never raises.
+
+    A file that cannot be read, or is not a regular file, gets `{"error": why, "size": 0}` (`why`
+    is a phrase for a note: `cannot read (Permission denied)`, `a FIFO (named pipe), ...`).
+    """
     try:
         head, tail, size = _edges(path)
-    except OSError as exc:
-        return {"error": exc.strerror or str(exc), "size": 0}
+    except NotRegularFile as exc:  # a FIFO, a device, a socket: never read; the caller notes it
+        return {"error": exc.strerror, "size": 0}
+    except OSError as exc:  # permission denied, gone: the caller notes it
+        return {"error": f"cannot read ({exc.strerror or exc})", "size": 0}
     facts: dict[str, Any] = {"size": size}
     if _looks_binary(head[:BINARY_SNIFF_BYTES]):
         facts["binary"] = True

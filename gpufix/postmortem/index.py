@@ -21,15 +21,19 @@ by the post-mortem that upgrades the index) and keeps everything else (file scan
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import sqlite3
+import stat
+import urllib.parse
 import zlib
 from typing import TYPE_CHECKING, Any
 
 from gpufix import __version__
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
+from gpufix.postmortem.safeio import kind
 
 if TYPE_CHECKING:
     from gpufix.rules.model import RuleSet
@@ -99,6 +103,106 @@ def evidence_from_blob(blob: bytes, source: str) -> Evidence:
     return evidence
 
 
+_SIDECARS = ("-journal", "-wal", "-shm")  # files SQLite opens next to the index (they follow links too)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def _what(path: str, st: os.stat_result) -> str | None:
+    """Why SQLite must not open this path: a symbolic link, or not a regular file; else None."""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"a symbolic link (to {target}), and gpufix does not write through links"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{kind(st.st_mode)}, not a regular file"
+    return None
+
+
+def _prepare(path: str) -> tuple[str | None, tuple[int, int] | None]:
+    """Make `path` safe for SQLite to open: (None, (st_dev, st_ino) of the file vetted), or
+    (why not, None) (the index is then not used).
+
+    The index must be a regular file, not a symbolic link (SQLite follows links: a link planted
+    in a shared log folder would have gpufix write its tables into whatever SQLite file, or any
+    file, it points to), and neither may its journal, WAL or shared-memory files be. A new index
+    is created here, owner-only (0600: it holds lines of the logs) with O_EXCL|O_NOFOLLOW; an
+    existing one of ours is made owner-only.
+    """
+    for suffix in _SIDECARS:
+        try:
+            st = os.lstat(path + suffix)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{path + suffix}: {exc.strerror or exc}", None
+        why = _what(path + suffix, st)
+        if why:
+            return f"{path + suffix} is {why}", None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    except FileExistsError:
+        pass  # an existing file (or link): vetted below
+    except OSError as exc:
+        return f"cannot create it ({exc.strerror or exc})", None
+    else:
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return None, (st.st_dev, st.st_ino)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{exc.strerror or exc}", None
+    why = _what(path, st)
+    if why:
+        return f"it is {why}", None
+    try:  # O_NOFOLLOW: ELOOP if a link was swapped in since the lstat; O_NONBLOCK: no FIFO can block
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "it is a symbolic link, and gpufix does not write through links", None
+        return None, (st.st_dev, st.st_ino)  # unreadable: SQLite says so (a note from _open)
+    try:
+        opened = os.fstat(fd)
+        why = _what(path, opened)
+        if why:
+            return f"it is {why}", None
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+            return "it changed while it was checked", None
+        if opened.st_uid == os.geteuid() and opened.st_mode & 0o077:
+            try:
+                os.fchmod(fd, 0o600)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return None, (st.st_dev, st.st_ino)
+
+
+def _changed_since_check(path: str, vetted: tuple[int, int] | None) -> str | None:
+    """After SQLite opened `path`: None when it is still the regular file _prepare vetted."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{exc.strerror or exc}"
+    why = _what(path, st)
+    if why:
+        return f"it is {why}"
+    if vetted != (st.st_dev, st.st_ino):
+        return "it was replaced while it was opened"
+    return None
+
+
+def _uri(path: str) -> str:
+    """A `file:` URI for sqlite3 (`?`, `#` and `%` in the path escaped); mode=rw: _prepare created it."""
+    return "file://" + urllib.parse.quote(os.path.abspath(path), safe="/") + "?mode=rw"
+
+
 class Index:
     """An open index, or a disabled one (`path=None`) whose lookups miss and whose writes do nothing."""
 
@@ -112,8 +216,17 @@ class Index:
 
     def _open(self, path: str) -> sqlite3.Connection | None:
         for attempt in range(2):
+            refused, vetted = _prepare(path)
+            if refused is not None:
+                self.notes.append(f"index {path} not used: {refused}; every file is scanned")
+                return None
             try:
-                db = sqlite3.connect(path, timeout=1.0)
+                db = sqlite3.connect(_uri(path), timeout=1.0, uri=True)
+                changed = _changed_since_check(path, vetted)
+                if changed is not None:
+                    db.close()
+                    self.notes.append(f"index {path} not used: {changed}; every file is scanned")
+                    return None
                 db.executescript(_DDL)
                 db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()

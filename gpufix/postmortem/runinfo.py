@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufix.postmortem.times import parse_iso
-from gpufix.record.layout import META, RESULT, iter_chunks
+from gpufix.postmortem.safeio import is_regular, open_regular, read_regular
+from gpufix.record.layout import META, OUTPUT_INDEX, RESULT, iter_chunks
 
 if TYPE_CHECKING:
     from gpufix.postmortem.analyze import FileResult
@@ -31,8 +32,7 @@ _PROBE_ENTRY_TAIL = ("gpufix", "probe", "inject")
 
 def _json(path: str) -> dict[str, Any] | None:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(read_regular(path))  # a FIFO or device in a record is never opened
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -50,7 +50,7 @@ def line_context(path: str, line: int) -> tuple[int | None, list[str], list[str]
     offset = None
     position = 0
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             for number, raw in enumerate(f, 1):
                 text = raw[:CONTEXT_LINE_CHARS].decode("utf-8", "replace")
                 if number < line:
@@ -70,7 +70,7 @@ def line_context(path: str, line: int) -> tuple[int | None, list[str], list[str]
 def record_time_at(record_dir: str, offset: int, record: dict[str, Any]) -> datetime | None:
     """The moment the byte at `offset` of output.log was written: meta start_utc + output.idx `t`."""
     start = parse_iso((record.get("meta") or {}).get("start_utc"))
-    if start is None:
+    if start is None or not is_regular(os.path.join(record_dir, OUTPUT_INDEX)):
         return None
     moment = None
     for chunk in iter_chunks(record_dir):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
 from gpufix.logscan import BLOCK_BYTES, LogScanner
+from gpufix.postmortem.safeio import open_regular
 
 if TYPE_CHECKING:
     from gpufix.rules.model import RuleSet
@@ -27,12 +28,13 @@ _SCANNERS: weakref.WeakKeyDictionary[RuleSet, LogScanner] = weakref.WeakKeyDicti
 def scan_file(path: str, ruleset: RuleSet) -> Evidence:
     """Scan one file for the rule pack's patterns; the evidence's source is `path` as given.
 
-    Raises OSError when the file cannot be read (the caller notes it and goes on).
+    Only a regular file is read, and only up to the size it had when opened (safeio); raises
+    OSError when the file cannot be read or is not a regular file (the caller notes it and goes on).
     """
     scanner = _SCANNERS.get(ruleset)
     if scanner is None:
         scanner = _SCANNERS[ruleset] = LogScanner.for_rules(ruleset)
-    with open(path, "rb") as stream:
+    with open_regular(path) as stream:
         return scanner.scan_stream(stream, path)
 
 
