@@ -335,12 +335,12 @@ def test_fifo_rule_file_is_refused_without_blocking_rules_check(tmp_path: Path) 
     folder = _fifo_pack(tmp_path)
     rc, out, err, _peak_kb, seconds = _run_measured(tmp_path, "rules", "check", str(folder), timeout=20)
     assert rc == 2, (out, err)
-    assert out.splitlines() == [f"{folder}/TST002-fifo.yaml:1: not a regular file (a FIFO): refused unread; "
+    assert out.splitlines() == [f"{folder}/TST002-fifo.yaml:1: not a regular file (a FIFO (named pipe)): refused unread; "
                                 "a rule file must be a plain YAML file"]
     assert seconds < 15
     # named on its own, it is the same problem (not "no such rule file")
     result = run_gpufix("rules", "check", str(folder / "TST002-fifo.yaml"), timeout=20)
-    assert result.returncode == 2 and b"TST002-fifo.yaml:1: not a regular file (a FIFO)" in result.stdout
+    assert result.returncode == 2 and b"TST002-fifo.yaml:1: not a regular file (a FIFO (named pipe))" in result.stdout
 
 
 def test_fifo_device_and_broken_links_on_rules_path_stop_explain_promptly(tmp_path: Path) -> None:
@@ -352,7 +352,7 @@ def test_fifo_device_and_broken_links_on_rules_path_stop_explain_promptly(tmp_pa
         args = ("explain",) if env else ("explain", "--rules", str(folder))
         result = run_gpufix(*args, stdin=traceback, env=env, timeout=20)
         assert result.returncode == 2, result
-        assert f"{folder}/TST002-fifo.yaml:1: not a regular file (a FIFO)".encode() in result.stderr
+        assert f"{folder}/TST002-fifo.yaml:1: not a regular file (a FIFO (named pipe))".encode() in result.stderr
         assert b"internal error" not in result.stderr
     os.unlink(folder / "TST002-fifo.yaml")
     os.symlink("/dev/zero", folder / "TST003-zero.yaml")  # endless: must never be read

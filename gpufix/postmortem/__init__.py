@@ -2,7 +2,6 @@
 
     postmortem.discover   find logs under PATHs, group them into runs
     postmortem.scan       scan_file(path, ruleset) -> Evidence (the one call that reads a log's bytes)
-    postmortem.safeio     only regular files are read, never past the size stat-ed (FIFOs, devices: notes)
     postmortem.facts      a file's time range, environment banners, exit markers (first/last 256 KiB)
     postmortem.index      the SQLite cache of scans and run verdicts
     postmortem.analyze    one run: status, root cause, first failing rank, when

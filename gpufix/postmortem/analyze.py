@@ -18,7 +18,7 @@ from gpufix.evidence import Evidence
 from gpufix.findings import Finding
 from gpufix.postmortem.discover import RunGroup
 from gpufix.postmortem.runinfo import environment, line_context, read_record, record_time_at
-from gpufix.postmortem.safeio import not_regular
+from gpufix.safeio import not_regular
 from gpufix.postmortem.scan import with_rank
 from gpufix.postmortem.telemetry import read_samples, summarise
 from gpufix.postmortem.times import file_mtime, iso, parse_iso, parse_line_time

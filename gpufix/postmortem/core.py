@@ -18,7 +18,7 @@ from gpufix.postmortem.discover import LogFile, RunGroup, discover
 from gpufix.postmortem.facts import file_facts
 from gpufix.postmortem.index import INDEX_NAME, Index, rules_version
 from gpufix.postmortem.runinfo import read_record
-from gpufix.postmortem.safeio import not_regular
+from gpufix.safeio import not_regular
 from gpufix.postmortem.scan import ScanFn, scan_many
 from gpufix.postmortem.telemetry import read_samples
 from gpufix.postmortem.times import iso, parse_iso

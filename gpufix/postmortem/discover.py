@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass, field
 
 from gpufix.errors import InputError
-from gpufix.postmortem.safeio import not_regular, read_regular
+from gpufix.safeio import not_regular, read_regular
 from gpufix.record.layout import OUTPUT_LOG, is_record_dir
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from gpufix.explain import BINARY_SNIFF_BYTES, _looks_binary
-from gpufix.postmortem.safeio import NotRegularFile, open_regular
+from gpufix.safeio import NotRegularFile, open_regular
 from gpufix.postmortem.times import file_mtime, iso, parse_line_time
 
 EDGE_BYTES = 256 * 1024

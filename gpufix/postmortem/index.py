@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufix import __version__
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
-from gpufix.postmortem.safeio import kind
+from gpufix.safeio import kind
 
 if TYPE_CHECKING:
     from gpufix.rules.model import RuleSet

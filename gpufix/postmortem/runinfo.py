@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufix.postmortem.times import parse_iso
-from gpufix.postmortem.safeio import is_regular, open_regular, read_regular
+from gpufix.safeio import is_regular, open_regular, read_regular
 from gpufix.record.layout import META, OUTPUT_INDEX, RESULT, iter_chunks
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
 from gpufix.logscan import BLOCK_BYTES, LogScanner
-from gpufix.postmortem.safeio import open_regular
+from gpufix.safeio import open_regular
 
 if TYPE_CHECKING:
     from gpufix.rules.model import RuleSet

@@ -192,46 +192,25 @@ def validate_files(files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
 
 MAX_RULE_FILE_BYTES = 4 << 20  # the built-in pack's largest file is ~21 KB
 
-_NOT_REGULAR = (("S_ISFIFO", "a FIFO"), ("S_ISCHR", "a character device"), ("S_ISBLK", "a block device"),
-                ("S_ISSOCK", "a socket"), ("S_ISDIR", "a folder"))
-
-
-def _not_regular(mode: int) -> str | None:
-    import stat
-
-    if stat.S_ISREG(mode):
-        return None
-    return next((what for test, what in _NOT_REGULAR if getattr(stat, test)(mode)), "not a plain file")
-
-
 def read_rule_file(path: str) -> bytes:
     """A rule file's bytes, read only if it is a regular file of at most MAX_RULE_FILE_BYTES.
 
     stat first: a FIFO, device or socket (or a symlink to one) is refused without being opened
-    for a read that could block or never end. The open is non-blocking and re-checked with fstat,
-    so a file swapped for a FIFO in between cannot hang it either. Raises OSError, or ValueError
-    saying why the file is refused.
+    for a read that could block or never end; the open itself is non-blocking, re-checked and
+    bounded (gpufix.safeio). Raises OSError, or ValueError saying why the file is refused.
     """
-    refused = _not_regular(os.stat(path).st_mode)
-    if refused is None:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-        try:
-            st = os.fstat(fd)
-            refused = _not_regular(st.st_mode)
-            if refused is None and st.st_size <= MAX_RULE_FILE_BYTES:
-                chunks, size = [], 0
-                while size <= MAX_RULE_FILE_BYTES:  # bounded even if it grows while read
-                    chunk = os.read(fd, MAX_RULE_FILE_BYTES + 1 - size)
-                    if not chunk:
-                        return b"".join(chunks)
-                    chunks.append(chunk)
-                    size += len(chunk)
-        finally:
-            os.close(fd)
-    if refused is not None:
-        what = f"a symlink to {refused}" if os.path.islink(path) else refused
+    import stat
+
+    from gpufix import safeio
+
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        what = f"a symlink to {safeio.kind(mode)}" if os.path.islink(path) else safeio.kind(mode)
         raise ValueError(f"not a regular file ({what}): refused unread; a rule file must be a plain YAML file")
-    raise ValueError(f"rule file larger than {MAX_RULE_FILE_BYTES >> 20} MiB: refused (a rule file is a few KB)")
+    with safeio.open_regular(path) as stream:
+        if stream.size > MAX_RULE_FILE_BYTES:
+            raise ValueError(f"rule file larger than {MAX_RULE_FILE_BYTES >> 20} MiB: refused (a rule file is a few KB)")
+        return stream.read()
 
 
 def cross_check(entries: list[dict[str, Any]], builtin_root: str) -> list[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufix.postmortem import safeio
+from gpufix import safeio
 from gpufix.postmortem.index import Index
 from gpufix.postmortem.scan import scan_file
 from gpufix.rules.model import RuleSet

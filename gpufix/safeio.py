@@ -1,4 +1,5 @@
-"""Reading files found in shared log folders without hanging or reading for ever.
+"""Reading files that may be anything (shared log folders, rule folders) without hanging or
+reading for ever.
 
 Only regular files are read. A FIFO would block the open (or the read) until a writer comes, a
 device such as `/dev/zero` never ends, a socket cannot be opened: each is reported as a note by
@@ -22,21 +23,14 @@ class NotRegularFile(OSError):
     """The path is not a regular file (its `strerror` says what it is)."""
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"),
+          (stat.S_ISLNK, "a symbolic link"))
+
+
 def kind(mode: int) -> str:
     """What a file of this mode is, for a note: `a FIFO (named pipe)`, `a character device`, ..."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "not a regular file"
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
 def _link_text(path: str) -> str:
