@@ -186,8 +186,30 @@ def guarded(call: Callable[[], Any]) -> Any:
         sys.exit(EXIT_ERROR)
 
 
+def _standard_streams_open() -> None:
+    """Give a closed stdin, stdout or stderr /dev/null, before anything else is opened: else the
+    first file gpufix opens (a run record's) takes descriptor 1 or 2, and the job's output and
+    gpufix's messages land in it (issue 14: `gpufix run ... >&-`)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                opened = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if opened != fd:  # a lower descriptor was free too: it was filled by the loop already
+                os.dup2(opened, fd)
+                os.close(opened)
+    # Python set the stream objects of descriptors closed at its start to None
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "w", errors="backslashreplace", closefd=False))  # noqa: SIM115
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point (`gpufix`, `python -m gpufix`)."""
+    _standard_streams_open()
     args = list(sys.argv[1:] if argv is None else argv)
     fast = simple_explain_args(args)
     if fast is not None:

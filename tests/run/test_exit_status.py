@@ -66,3 +66,15 @@ def test_record_dir_that_cannot_be_created_warns_and_runs_the_job(tmp_path: Path
     assert result.stdout == b"ran\n"
     assert result.stderr.startswith(b"gpufix: warning: cannot create a run record")
     assert not os.path.exists(blocker / "sub")
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-", "<&- >&- 2>&-"])
+def test_closed_standard_streams_keep_the_status_and_the_record_clean(tmp_path: Path, closed: str) -> None:
+    """Issue 14, item 3: started with stdout or stderr closed, gpufix must not let its record take
+    descriptor 1 or 2 (the job's bytes would be written twice into output.log) nor lose the status."""
+    inner = " ".join([*gpufix_run(tmp_path), "--", "sh", "-c", "'echo out; echo err >&2; exit 6'"])
+    result = subprocess.run(["sh", "-c", f"{inner} {closed}; echo status=$?"], capture_output=True, env=env(), timeout=60)
+    assert b"status=6" in result.stdout, result
+    (log,) = records(tmp_path)
+    assert sorted((log / "output.log").read_bytes().splitlines()) == [b"err", b"out"]
+    assert b"internal error" not in result.stdout + result.stderr
