@@ -347,6 +347,10 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     failed = result.exit_status != 0
     if result.spawn_error:
         os.write(2, f"gpufix: {result.spawn_error}\n".encode(errors="replace"))
+    for name, (lost, why) in sorted(result.output_lost.items()):
+        # said once, at the end: the stream that failed may be the very one this goes to
+        warn(f"{lost} bytes of the job's {name} could not be written to gpufix's {name} ({why})"
+             + ("; they are in the run record's output.log" if record is not None and not record.ephemeral else ""))
     if record is None:
         return
     record.output.close()
@@ -381,6 +385,7 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
         "interrupted_by": interruption(result),
         "diagnosed": False, "findings": [], "summary": None,
     }
+    fields["output_lost_bytes"] = {name: lost for name, (lost, _why) in result.output_lost.items()}
     if dropped and not record.ephemeral:
         warn(f"the disk was too slow: {dropped} bytes of the job's output are missing from the run record")
     text = ""

@@ -56,6 +56,10 @@ class Relay:
         # While gpufix waits on a slow reader (a terminal over ssh, a notebook, a full pipe), the
         # job's pipe fills and its next print blocks: this is how long its output held it up.
         self.blocked_s: dict[int, float] = {}
+        # Stream name -> [bytes not written to our own stdout/stderr, the error]: a full disk or
+        # quota where the job's log is redirected (ENOSPC, EDQUOT, EFBIG). The job runs on, as it
+        # would bare (its own writes would fail, not kill it); the record still has every byte.
+        self.lost: dict[str, list] = {}  # type: ignore[type-arg]
 
     def pump(self, stream: Stream, now_s: float) -> bool:
         """Relay one chunk from `stream`; False once it is at EOF (or unreadable)."""
@@ -88,7 +92,10 @@ class Relay:
                 self.last_byte[stream.target] = data[-1]
             except OSError as exc:
                 if exc.errno not in (errno.EPIPE, errno.EIO, errno.ENXIO, errno.EBADF):
-                    raise
+                    # Cannot be written now (a full disk, a quota): keep relaying what can be.
+                    lost = self.lost.setdefault(stream.name, [0, exc.strerror or str(exc)])
+                    lost[0] += getattr(exc, "unwritten", size)
+                    return True
                 # Our reader is gone. Stop reading this stream, so the job's next write to it
                 # fails with EPIPE/SIGPIPE, exactly what it would have got writing there itself.
                 stream.target_broken = True
@@ -97,11 +104,15 @@ class Relay:
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data`; an OSError raised part way carries `unwritten` (bytes not written)."""
     view = memoryview(data)
     while view:
         try:
             written = os.write(fd, view)
-        except BlockingIOError:
+        except OSError as exc:
+            if not isinstance(exc, BlockingIOError):
+                exc.unwritten = len(view)  # type: ignore[attr-defined]
+                raise
             # Our stdout may be a non-blocking fd shared with another process: wait until writable.
             poller = select.poll()
             poller.register(fd, select.POLLOUT)

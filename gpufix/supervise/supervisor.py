@@ -43,12 +43,13 @@ class JobResult:
     """
 
     __slots__ = ("exit_status", "returncode", "signal", "pid", "started_unix", "duration_s", "spawn_error",
-                 "forwarded_signals", "output_bytes", "stderr_needs_newline", "output_blocked_s")
+                 "forwarded_signals", "output_bytes", "stderr_needs_newline", "output_blocked_s", "output_lost")
 
     def __init__(self, exit_status: int, returncode: int | None, signal: int | None, pid: int | None,
                  started_unix: float, duration_s: float, spawn_error: str | None = None,
                  forwarded_signals: tuple[int, ...] = (), output_bytes: int = 0,
-                 stderr_needs_newline: bool = False, output_blocked_s: dict[int, float] | None = None) -> None:
+                 stderr_needs_newline: bool = False, output_blocked_s: dict[int, float] | None = None,
+                 output_lost: dict[str, list] | None = None) -> None:  # type: ignore[type-arg]
         self.exit_status = exit_status      # what `gpufix run` exits with: the status, or 128+N for signal N
         self.returncode = returncode        # Python's convention: -N for signal N; None if it never started
         self.signal = signal                # the signal that ended the job
@@ -60,6 +61,7 @@ class JobResult:
         self.output_bytes = output_bytes
         self.stderr_needs_newline = stderr_needs_newline  # the job's last byte on our stderr was not \n
         self.output_blocked_s = output_blocked_s or {}  # second of the run -> seconds the relay waited to write
+        self.output_lost = output_lost or {}  # stream -> [bytes gpufix could not write to its own stdout/stderr, why]
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -260,7 +262,7 @@ class Supervisor:
             exit_status=128 + sig if sig else returncode, returncode=returncode, signal=sig, pid=proc.pid,
             started_unix=started_unix, duration_s=duration, forwarded_signals=tuple(self._forwarded),
             output_bytes=relay.bytes_relayed, stderr_needs_newline=last is not None and last != 0x0A,
-            output_blocked_s=relay.blocked_s,
+            output_blocked_s=relay.blocked_s, output_lost=relay.lost,
         )
 
     def _loop(self, pid: int, relay: Relay, hub: SignalHub, t0: float) -> int:

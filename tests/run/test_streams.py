@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from gpufix.record.layout import read_stream
 from tests.run.helpers import PY, env, gpufix_run, read_until, records, script
@@ -136,3 +140,19 @@ def test_descriptors_passed_by_the_caller_reach_the_job(tmp_path: Path) -> None:
         result = subprocess.run(cmd, capture_output=True, env=env(), pass_fds=(fd,))
     assert result.returncode == 0
     assert target.read_bytes() == b"to-fd\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_under_our_stdout_does_not_end_the_job(tmp_path: Path) -> None:
+    """Issue 14, item 1: ENOSPC on gpufix's own stdout (a log redirected to a full scratch disk)
+    must not kill the job: what can be written is, the status is the job's, the loss is said once."""
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([*gpufix_run(tmp_path), "--", "sh", "-c", "echo a; sleep 0.5; echo survived >&2; exit 3"],
+                                stdout=full, stderr=subprocess.PIPE, env=env(), timeout=60)
+    assert result.returncode == 3
+    assert result.stderr.startswith(b"survived\n")
+    assert result.stderr.count(b"could not be written") == 1
+    assert b"2 bytes of the job's stdout could not be written to gpufix's stdout (No space left on device)" in result.stderr
+    (record,) = records(tmp_path)
+    assert (record / "output.log").read_bytes() == b"a\nsurvived\n"
+    assert json.loads((record / "result.json").read_text())["output_lost_bytes"] == {"stdout": 2}
