@@ -126,6 +126,8 @@ def parse_expression(text: str) -> tuple[str, str, str]:
 _KEY_QUOTED = re.compile(r"""["'](\w[\w.\-]*)["']""")
 _KEY_BARE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[\w\-]+)+")
 MIN_KEYS_EXPLAINED = 0.6  # share of the shorter list a prefix must explain
+MIN_PAIRS_SEEN = 3  # ... or, for lists cut short, this many pairs
+CONSISTENT_SHARE = 0.8  # ... nearly all of the pairs seen, the same way
 
 
 def _keys(text: str) -> list[str]:
@@ -162,6 +164,7 @@ def renaming(missing: str, unexpected: str) -> tuple[str, str] | None:
         return None
     heads_u = _heads(u)
     votes: dict[tuple[str, str], int] = {}
+    paired = 0  # keys of the missing list that pair with some key of the other under some prefixes
     for key in set(m):
         parts = key.split(".")
         seen = set()
@@ -172,11 +175,16 @@ def renaming(missing: str, unexpected: str) -> tuple[str, str] | None:
                 if model_prefix != ckpt_prefix and pair not in seen and not _is_swap_of_layers(*pair):
                     seen.add(pair)
                     votes[pair] = votes.get(pair, 0) + 1
+        paired += bool(seen)
     if not votes:
         return None
     # most keys explained; among equals, the shortest prefixes (the least renaming)
     pair, explained = max(votes.items(), key=lambda kv: (kv[1], -len(kv[0][0]) - len(kv[0][1])))
-    return pair if explained >= max(1.0, MIN_KEYS_EXPLAINED * min(len(set(m)), len(set(u)))) else None
+    if explained >= max(1.0, MIN_KEYS_EXPLAINED * min(len(set(m)), len(set(u)))):
+        return pair
+    # Lists cut short or printed in another order (mmcv, a truncated paste) overlap in a few keys
+    # only; when at least MIN_PAIRS_SEEN of them pair, and nearly all the same way, that is the renaming.
+    return pair if explained >= MIN_PAIRS_SEEN and explained >= CONSISTENT_SHARE * paired else None
 
 
 def prefix_between(longer: str, shorter: str) -> str | None:
@@ -187,11 +195,19 @@ def prefix_between(longer: str, shorter: str) -> str | None:
 
 
 def keys_unpaired(missing: str, unexpected: str) -> str | None:
-    """'yes' when both printed key lists hold at least 3 keys and no renaming of prefixes pairs
-    them up: the checkpoint is of another architecture, not another wrapper."""
-    if len(_keys(missing)) < 3 or len(_keys(unexpected)) < 3:
+    """'yes' when both printed key lists hold at least 3 keys and not one key of the missing list
+    is a key of the other under any renaming of prefixes: another architecture, not a wrapper."""
+    m, u = _keys(missing), _keys(unexpected)
+    if len(m) < 3 or len(u) < 3:
         return None
-    return None if renaming(missing, unexpected) else "yes"
+    heads_u = _heads(u)
+    for key in m:
+        parts = key.split(".")
+        for cut in range(min(MAX_PREFIX_PARTS, len(parts) - 2) + 1):
+            model_prefix = ".".join(parts[:cut]) + ("." if cut else "")
+            if any(p != model_prefix and not _is_swap_of_layers(model_prefix, p) for p in heads_u.get(".".join(parts[cut:]), ())):
+                return None
+    return "yes"
 
 
 def wrapper_prefix(missing: str, unexpected: str) -> str | None:
