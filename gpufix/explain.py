@@ -111,7 +111,8 @@ def _stack_dumps(record_dir: str) -> list[str]:
         names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
     except OSError:
         return []
-    return [os.path.join(folder, n) for n in names]
+    # regular files only: a FIFO or device put in a record must not block or never end a diagnosis
+    return [path for path in (os.path.join(folder, n) for n in names) if os.path.isfile(path)]
 
 
 def add_record_evidence(evidence: Evidence, record_dir: str, scanner: LogScanner) -> None:
@@ -165,6 +166,8 @@ def _add_meta_facts(evidence: Evidence, meta_path: str) -> None:
     """The job's environment as facts rules can guard on (e.g. an allocator setting already made)."""
     import json
 
+    if not os.path.isfile(meta_path):
+        return
     try:
         with open(meta_path, encoding="utf-8") as f:
             environment = json.load(f).get("environment") or {}
@@ -205,6 +208,8 @@ def _output_rate(record_dir: str) -> dict[str, list]:  # type: ignore[type-arg]
 def _output_blocked(result_path: str) -> dict[int, float]:
     import json
 
+    if not os.path.isfile(result_path):
+        return {}
     try:
         with open(result_path, encoding="utf-8") as f:
             raw = json.load(f).get("output_blocked_s") or {}

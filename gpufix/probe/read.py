@@ -48,7 +48,8 @@ def probe_files(probe_dir: str | Path) -> list[Path]:
         pid = path.stem.rsplit("-", 1)[-1]
         return (0 if path.name.startswith("worker-") else 1, int(pid) if pid.isdigit() else 0)
 
-    return sorted([*folder.glob("worker-*.jsonl"), *folder.glob("probe-*.jsonl")], key=order)
+    # regular files only: a FIFO or device put in a record must not block or never end a read
+    return sorted([p for p in (*folder.glob("worker-*.jsonl"), *folder.glob("probe-*.jsonl")) if p.is_file()], key=order)
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -117,9 +117,12 @@ def iter_chunks(record: str) -> Iterator[Any]:  # of Chunk (made on first use)
     import json
 
     chunk = _chunk_class()
+    path = os.path.join(record, OUTPUT_INDEX)
+    if not os.path.isfile(path):  # absent, or not a regular file (a FIFO put there would block the read)
+        return
     try:
-        f = open(os.path.join(record, OUTPUT_INDEX), encoding="utf-8")
-    except FileNotFoundError:
+        f = open(path, encoding="utf-8")
+    except OSError:
         return
     with f:
         for line in f:

@@ -164,3 +164,22 @@ def test_package_probe_agrees_with_importlib_metadata_here() -> None:
         key = (dist.metadata["Name"] or "").lower().replace("_", "-")
         if key in PROBED_PACKAGES or key.startswith(PROBED_PREFIXES):
             assert key in packages
+
+
+def test_fifos_inside_a_record_do_not_hang_its_diagnosis(tmp_path: Path) -> None:
+    """A record is read from a shared folder: a FIFO (or device) in place of one of its files is
+    skipped, never opened for a read that would block (issue 14, item 7, for explain and run)."""
+    code = "import sys; sys.stderr.write('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\\n'); sys.exit(1)"
+    subprocess.run([*gpufix_run(tmp_path), "--", PY, "-c", code], capture_output=True, env=env(), timeout=60)
+    (record,) = records(tmp_path)
+    (record / "stacks").mkdir(exist_ok=True)
+    (record / "probe").mkdir(exist_ok=True)
+    for name in ("output.idx", "result.json", "telemetry.jsonl", "stacks/dump-1.txt", "probe/probe-1.jsonl"):
+        path = record / name
+        if path.exists():
+            path.unlink()
+        os.mkfifo(path)
+    result = subprocess.run([PY, "-m", "gpufix", "explain", "--format", "json", str(record)],
+                            capture_output=True, env=env(), timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert json.loads(result.stdout)["findings"][0]["code"] == "MEM001"
