@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufix.errors import GpufixError, InputError
+from gpufix.record.meta import supervisor_alive
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 POINTS = 40  # values kept per series for its sparkline
@@ -167,18 +168,6 @@ def _unix(stamp: Any) -> float | None:
         return None
 
 
-def _pid_alive(pid: Any) -> bool | None:
-    if not isinstance(pid, int) or pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
-
-
 def _last_write(record: Path) -> float | None:
     times = []
     for path in (record / "output.log", record / "telemetry.jsonl", record / "output.idx", *record.glob("probe/*.jsonl")):
@@ -197,7 +186,7 @@ def _run_info(record: Path, meta: dict[str, Any], result: dict[str, Any], now: f
     else:
         state = "running"
         # gpufix died before the job ended (kill -9, a crashed node): the record stops there.
-        if meta.get("host") == os.uname().nodename and _pid_alive(meta.get("gpufix_pid")) is False:
+        if supervisor_alive(meta) is False:
             state = "interrupted"
     if isinstance(result.get("duration_s"), (int, float)):
         elapsed = float(result["duration_s"])

@@ -16,6 +16,7 @@ from typing import Any
 from gpufix.engine import diagnose
 from gpufix.evidence import Evidence
 from gpufix.findings import Finding
+from gpufix.record.meta import supervisor_alive
 from gpufix.postmortem.discover import RunGroup
 from gpufix.postmortem.runinfo import environment, line_context, read_record, record_time_at
 from gpufix.safeio import not_regular
@@ -184,7 +185,9 @@ def _status(group: RunGroup, files: list[FileResult], findings: list[Finding],
         code = int(code) if isinstance(code, int) else None
         return (_succeeded(findings) if code == 0 else "failed"), code
     if meta is not None and meta.get("status") == "running":
-        return ("failed" if failing else "running"), None
+        # a record whose gpufix is gone (SIGKILL, a crashed node) never finishes: its job was
+        # killed with it (the death signal), so the run failed, whatever it printed
+        return ("failed" if failing or supervisor_alive(meta) is False else "running"), None
     codes = [f.facts["exit_status"] for f in files if isinstance(f.facts.get("exit_status"), int)]
     bad = next((c for c in codes if c != 0), None)
     if bad is not None or any(f.role == "error_file" for f in files):

@@ -254,6 +254,37 @@ class PackageProbe:
             self._done.set()
 
 
+def process_start(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[19])  # fields after "(comm)": state is field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def supervisor_alive(meta: Mapping[str, object]) -> bool | None:
+    """Whether the gpufix that wrote this record is still running: False when its pid is gone or
+    now belongs to another process (its start time differs), None when that cannot be told here
+    (another host, an old record without the pid)."""
+    pid = meta.get("gpufix_pid")
+    if meta.get("host") != os.uname().nodename or not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # exists, owned by someone else
+    started = meta.get("gpufix_started")
+    if isinstance(started, int):
+        now = process_start(pid)
+        if now is not None and now != started:
+            return False  # the pid was reused
+    return True
+
+
 def initial_meta(argv: list[str], cwd: str, environ: Mapping[str, str], started_unix: float,
                  terminal: Mapping[str, str]) -> dict[str, object]:
     """The metadata known when the job starts (cheap: no subprocess, no package import)."""
@@ -265,6 +296,7 @@ def initial_meta(argv: list[str], cwd: str, environ: Mapping[str, str], started_
         "cwd": cwd,
         "host": os.uname().nodename,
         "gpufix_pid": os.getpid(),
+        "gpufix_started": process_start(os.getpid()),  # with the pid: tells a reused pid from gpufix
         "job_pid": None,
         "start_utc": utc_iso(started_unix),
         "end_utc": None,

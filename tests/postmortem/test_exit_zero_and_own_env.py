@@ -151,3 +151,23 @@ def test_a_users_own_pythonpath_change_is_reported(tmp_path: Path, ruleset: Rule
     assert pm.summary["environment_diff"] == [
         {"key": "variable PYTHONPATH", "last_good": "/home/me/src", "first_bad": "/home/me/src2"}]
     assert "variable PYTHONPATH  /home/me/src -> /home/me/src2" in render_text(pm)
+
+
+def test_a_record_whose_gpufix_was_killed_is_not_running_for_ever(tmp_path: Path, ruleset: RuleSet) -> None:
+    """Issue 14, item 6: a record left 'running' by a gpufix that no longer runs (SIGKILL, a
+    crashed node) is a failed run in the post-mortem, told by the supervisor's pid and start time."""
+    import subprocess
+    import sys
+
+    from gpufix.record.meta import process_start
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for name, pid, started in (("dead", gone.pid, None), ("reused", os.getpid(), (process_start(os.getpid()) or 0) + 1),
+                               ("alive", os.getpid(), process_start(os.getpid()))):
+        record = write_record(tmp_path / "runs", name, b"step 1\n", 0, [], status="running", host=os.uname().nodename,
+                              gpufix_pid=pid, gpufix_started=started)
+        (record / "result.json").unlink()
+    doc = postmortem([str(tmp_path / "runs")], ruleset, use_index=False).to_dict()
+    states = {run["id"]: run["status"] for run in doc["runs"]}
+    assert states == {"dead": "failed", "reused": "failed", "alive": "running"}, states

@@ -271,3 +271,19 @@ def test_watch_refreshes_until_the_run_ends(tmp_path: Path) -> None:
     assert watch.returncode == 0, err
     last = json.loads(out.splitlines()[-1])
     assert last["run"]["state"] == "finished" and last["run"]["exit_status"] == 1
+
+
+def test_a_reused_pid_does_not_keep_a_dead_run_running(tmp_path: Path) -> None:
+    """Issue 14, item 6: the pid of a SIGKILLed gpufix may belong to another process by now; the
+    start time recorded beside it tells them apart."""
+    from gpufix.record.meta import process_start
+
+    folder = write_record(tmp_path / "run", None, state="running")
+    _mark_running_here(folder, os.getpid())  # alive, but not the process that wrote the record
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["gpufix_started"] = (process_start(os.getpid()) or 0) + 1
+    (folder / "meta.json").write_text(json.dumps(meta))
+    assert status(folder)["run"]["state"] == "interrupted"
+    meta["gpufix_started"] = process_start(os.getpid())
+    (folder / "meta.json").write_text(json.dumps(meta))
+    assert status(folder)["run"]["state"] == "running"
