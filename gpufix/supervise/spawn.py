@@ -134,3 +134,69 @@ def _which(name: str, env: Mapping[bytes, bytes]) -> str:
 
     path = env.get(b"PATH", os.defpath.encode()).decode(errors="surrogateescape")
     return shutil.which(name, path=path) or name
+
+
+class Guardian:
+    """A forked process that kills the job's process group if gpufix dies, SIGKILL included.
+
+    The job's direct child has PR_SET_PDEATHSIG; its own children (DataLoader workers, a
+    launcher's ranks, `cmd &` in a script) do not, and would live on holding GPUs. The guardian
+    waits on a pipe whose write end only gpufix holds: end of file without the "done" byte means
+    gpufix is gone, and the guardian kills the job's group."""
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+
+    def stop(self) -> None:
+        """The run ended normally: let the guardian exit without killing anything."""
+        try:
+            os.write(self.fd, b"d")
+        except OSError:
+            pass
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:  # already reaped (gpufix as a container's init reaps orphans)
+            pass
+
+
+def start_guardian(pgid: int) -> Guardian | None:
+    """Fork the guardian of process group `pgid`; None where that cannot be done (no fork)."""
+    import warnings
+
+    try:
+        read_end, write_end = os.pipe()  # neither is inherited by anything gpufix spawns later
+    except OSError:
+        return None
+    try:
+        with warnings.catch_warnings():  # Python 3.12 warns on fork() with threads: nothing here takes a lock
+            warnings.simplefilter("ignore")
+            pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if pid == 0:  # the guardian: only system calls from here on
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                           signal.SIGUSR2, signal.SIGPIPE, signal.SIGTSTP):
+                signal.signal(signum, signal.SIG_IGN)  # the terminal's Ctrl-C is for the job and gpufix
+            os.closerange(0, read_end)  # hold nothing of gpufix's: its pipes and files close when it does
+            os.closerange(read_end + 1, 1 << 16)
+            while True:
+                try:
+                    done = os.read(read_end, 1)
+                    break
+                except InterruptedError:
+                    continue
+            if not done:
+                os.killpg(pgid, signal.SIGKILL)
+        except BaseException:  # noqa: BLE001 - never return into gpufix's code in the child
+            pass
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    return Guardian(pid, write_end)

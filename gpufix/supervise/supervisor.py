@@ -20,7 +20,7 @@ import time
 from gpufix.supervise import terminal
 from gpufix.supervise.relay import Relay, Stream
 from gpufix.supervise.signals import SignalHub, startup_dispositions
-from gpufix.supervise.spawn import SpawnError, inherited_fds, original_environ, spawn
+from gpufix.supervise.spawn import SpawnError, inherited_fds, original_environ, spawn, start_guardian
 
 TYPE_CHECKING = False  # typing costs start-up time: annotations only (PEP 563 keeps them strings)
 if TYPE_CHECKING:
@@ -234,6 +234,7 @@ class Supervisor:
                 for fd in channels.child_ends:
                     _close(fd)
             self.pgid = proc.pid
+            guardian = start_guardian(proc.pid)  # kills the job's group should gpufix be SIGKILLed
             self._gave_foreground = take_foreground
             for signum in self._pending:
                 self._on_signal(signum)
@@ -248,6 +249,8 @@ class Supervisor:
             proc.returncode = returncode  # reaped by us; keeps Popen from waiting again
             duration = time.monotonic() - t0
             self._end_group()
+            if guardian is not None:
+                guardian.stop()
         finally:
             if self._gave_foreground:
                 terminal.give_foreground(os.getpgrp())

@@ -119,3 +119,37 @@ def test_signal_while_the_job_runs_is_not_lost_before_start(tmp_path: Path) -> N
     proc.terminate()
     proc.communicate(timeout=20)
     assert proc.returncode in (143, -signal.SIGTERM)
+
+
+def _processes_running(marker: str) -> list[int]:
+    """PIDs of live (not zombie) processes whose command line starts with `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if cmdline.startswith(marker) and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def test_sigkill_of_gpufix_leaves_no_grandchildren(tmp_path: Path) -> None:
+    """Issue 14, item 2: only the job's direct child gets the death signal; its children (workers,
+    ranks, `cmd &`) are killed by gpufix's guardian when gpufix dies, SIGKILL included."""
+    marker = f"{os.getpid() % 1000}.{time.monotonic_ns() % 100000}"
+    proc = subprocess.Popen([*gpufix_run(tmp_path), "--", "bash", "-c", f"sleep 77{marker} & sleep 77{marker} & wait"],
+                            env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: len(_processes_running(f"sleep 77{marker}")) == 2, timeout_s=20)
+        proc.kill()
+        proc.wait(timeout=10)
+        assert wait_for(lambda: not _processes_running(f"sleep 77{marker}"), timeout_s=10), _processes_running(marker)
+    finally:
+        for pid in _processes_running(f"sleep 77{marker}"):
+            os.kill(pid, signal.SIGKILL)
