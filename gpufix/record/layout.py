@@ -134,11 +134,21 @@ def iter_chunks(record: str) -> Iterator[Any]:  # of Chunk (made on first use)
 
 
 def read_stream(record: str, stream: str) -> bytes:
-    """The bytes one stream (`stdout`, `stderr` or `tty`) wrote, rebuilt from the index."""
+    """The bytes one stream (`stdout`, `stderr` or `tty`) wrote, rebuilt from the index.
+
+    output.log is written before output.idx: a gpufix killed in between leaves bytes past the last
+    indexed chunk. They are read too, as the stream of that last chunk (the one still writing),
+    or as the whole log's when nothing was indexed: output.log holds what the job printed."""
     parts: list[bytes] = []
+    indexed_end, last_stream = 0, None
     with open(os.path.join(record, OUTPUT_LOG), "rb") as log:
         for chunk in iter_chunks(record):
+            indexed_end = max(indexed_end, chunk.offset + chunk.length)
+            last_stream = chunk.stream
             if chunk.stream == stream:
                 log.seek(chunk.offset)
                 parts.append(log.read(chunk.length))
+        if last_stream in (stream, None):
+            log.seek(indexed_end)
+            parts.append(log.read())
     return b"".join(parts)

@@ -183,3 +183,20 @@ def test_fifos_inside_a_record_do_not_hang_its_diagnosis(tmp_path: Path) -> None
                             capture_output=True, env=env(), timeout=30)
     assert result.returncode == 1, result.stderr
     assert json.loads(result.stdout)["findings"][0]["code"] == "MEM001"
+
+
+def test_bytes_past_the_index_are_read_back(tmp_path: Path) -> None:
+    """Issue 14, item 6: a gpufix killed between writing output.log and output.idx leaves the
+    index behind; reading a stream uses what output.log holds."""
+    record = tmp_path / "rec"
+    record.mkdir()
+    (record / "output.log").write_bytes(b"out 1\nerr 1\nout 2\nout 3 not yet indexed\n")
+    (record / "output.idx").write_text("".join(json.dumps(c) + "\n" for c in (
+        {"t": 0.1, "stream": "stdout", "offset": 0, "length": 6},
+        {"t": 0.2, "stream": "stderr", "offset": 6, "length": 6},
+        {"t": 0.3, "stream": "stdout", "offset": 12, "length": 6})))
+    assert read_stream(str(record), "stderr") == b"err 1\n"
+    # the tail is taken as the stream of the last chunk indexed, the one still writing
+    assert read_stream(str(record), "stdout") == b"out 1\nout 2\nout 3 not yet indexed\n"
+    (record / "output.idx").write_text("")  # nothing indexed: the whole log
+    assert read_stream(str(record), "stdout") == b"out 1\nerr 1\nout 2\nout 3 not yet indexed\n"
