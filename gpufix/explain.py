@@ -312,6 +312,16 @@ def _open(path: str) -> BinaryIO:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
 
 
+def explain_record_output(record_dir: str, output: bytes, ruleset: RuleSet, note: str) -> Diagnosis:
+    """Diagnose a record whose output.log is incomplete from the output itself (what `gpufix run`
+    kept in memory), with the record's measurements; its lines are quoted as output.log's."""
+    scanner = LogScanner.for_rules(ruleset)
+    evidence = scanner.scan_bytes(output, os.path.join(record_dir, "output.log"))
+    add_record_evidence(evidence, record_dir, scanner)
+    notes = list(ruleset.notes) + evidence.notes + [note]
+    return Diagnosis(diagnose(evidence, ruleset, notes), evidence, notes)
+
+
 def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -> Diagnosis:
     """Scan each input (`-` is stdin) and diagnose them together, as one failure."""
     scanner = LogScanner.for_rules(ruleset)

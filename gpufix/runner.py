@@ -178,6 +178,42 @@ def _has_measurements(record_dir: str) -> bool:
 _INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
+class OutputTail:
+    """The job's output as gpufix passed it on: the first HEAD bytes and the last TAIL bytes, in
+    memory, for a diagnosis that must not depend on the run record being written."""
+
+    HEAD = 1 << 20
+    TAIL = 8 << 20
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail: list[bytes] = []
+        self.tail_bytes = 0
+        self.size = 0
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        room = self.HEAD - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail.append(data)
+            self.tail_bytes += len(data)
+            while self.tail_bytes - len(self.tail[0]) >= self.TAIL:
+                self.tail_bytes -= len(self.tail.pop(0))
+
+    def data(self) -> bytes:
+        skipped = self.size - len(self.head) - self.tail_bytes
+        gap = b"\n" if skipped else b""  # never join two lines across what was left out
+        return bytes(self.head) + gap + b"".join(self.tail)
+
+    def describe(self) -> str:
+        if self.size <= self.HEAD + self.TAIL:
+            return "all of it"
+        return f"its first {self.HEAD >> 20} MiB and last {self.TAIL >> 20} MiB"
+
+
 def interruption(result: JobResult) -> str | None:
     """The signal gpufix passed on that ended the job (Ctrl-C, a scheduler's TERM), or None: a job
     that exited non-zero after gpufix forwarded it INT, TERM, HUP or QUIT was interrupted."""
@@ -199,8 +235,17 @@ def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False)
     interrupted_by = interruption(result)
     how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None, interrupted_by)
     has_meta = os.path.isfile(os.path.join(record.path, "meta.json"))
+    kept = getattr(record, "kept_output", None)
     try:
-        diagnosis = explain([record.path if has_meta else record.output_log], load_ruleset())
+        if record.output.dropped_bytes and kept is not None and kept.size:
+            from gpufix.explain import explain_record_output
+
+            diagnosis = explain_record_output(
+                record.path, kept.data(), load_ruleset(),
+                f"the run record lost {record.output.dropped_bytes} bytes of output; diagnosed from the output "
+                f"gpufix kept in memory ({kept.describe()})")
+        else:
+            diagnosis = explain([record.path if has_meta else record.output_log], load_ruleset())
     except InputError as exc:  # empty or binary output: nothing to match
         return {"findings": [], "summary": None, "notes": [exc.message]}, "" if only_warnings else render_compact([], [], [], how)
     if interrupted_by:
@@ -316,8 +361,16 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
                 return
             _start_sampler(samplers[0], pid)
 
-    supervisor = Supervisor(command, sink=record.output.write if record is not None else None,
-                            on_started=on_started, warn=warn, env=env)
+    sink = None
+    if record is not None:
+        kept = OutputTail()
+
+        def sink(stream: str, data: bytes, now_s: float) -> None:
+            kept.add(data)  # the diagnosis must not depend on the record being written
+            record.output.write(stream, data, now_s)
+
+        record.kept_output = kept  # type: ignore[attr-defined]
+    supervisor = Supervisor(command, sink=sink, on_started=on_started, warn=warn, env=env)
     result = supervisor.run()
     with monitor_lock:
         delayed["ended"] = True
@@ -387,7 +440,8 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     }
     fields["output_lost_bytes"] = {name: lost for name, (lost, _why) in result.output_lost.items()}
     if dropped and not record.ephemeral:
-        warn(f"the disk was too slow: {dropped} bytes of the job's output are missing from the run record")
+        why = "it could not be written" if getattr(record.output, "failed", False) else "the disk was too slow"
+        warn(f"{dropped} bytes of the job's output are missing from the run record ({why})")
     text = ""
     # A failed job is always diagnosed. A successful one only when something was measured (GPU
     # telemetry, the probe): a GPU throttled, idle or never used, a starving loader, a leak.

@@ -112,10 +112,17 @@ def utc_iso(unix_s: float) -> str:
 def write_json_atomic(path: str, data: Mapping[str, object]) -> None:
     """Write JSON to `path` via a temporary file and rename, so readers never see half a file."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str)  # ASCII: undecodable bytes survive as escapes
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, default=str)  # ASCII: undecodable bytes survive as escapes
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:  # a full disk: leave no half-written .tmpPID behind
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:

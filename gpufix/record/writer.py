@@ -62,7 +62,8 @@ class OutputRecorder:
         self._idx_fd = os.open(os.path.join(record_dir, OUTPUT_INDEX), _FLAGS, 0o600)
         self.enabled = True
         self.bytes_written = 0     # bytes in output.log (writer thread)
-        self.dropped_bytes = 0     # bytes the relay passed on but the record lost to a stalled disk
+        self.dropped_bytes = 0     # bytes the relay passed on but the record lost (a stalled or full disk)
+        self.failed = False        # a write failed: recording stopped
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
@@ -89,6 +90,8 @@ class OutputRecorder:
     def write(self, stream: str, data: bytes, now_s: float) -> None:
         """Queue one chunk that `stream` produced at `now_s` (seconds since the job started)."""
         if not self.enabled:
+            if self.failed:  # the record could not be written (a full disk, a file-size limit)
+                self.dropped_bytes += len(data)
             return
         size = len(data)
         with self._lock:
@@ -202,6 +205,8 @@ class OutputRecorder:
             self._write_out([item[1] for item in items], size)
         except OSError as exc:
             self._fail(exc)
+            with self._lock:
+                self.dropped_bytes += size  # (a short write may have kept part of it: counted as lost)
             return
         for stream, chunk, now_s in items:
             self._index(stream, len(chunk), now_s)
@@ -285,6 +290,7 @@ class OutputRecorder:
     def _fail(self, exc: OSError) -> None:
         with self._lock:
             self.enabled = False
+            self.failed = True
             self._not_full.notify_all()
         self._warn(f"cannot write the run record ({exc.strerror or exc}); recording stopped, the job goes on")
 

@@ -200,3 +200,22 @@ def test_bytes_past_the_index_are_read_back(tmp_path: Path) -> None:
     assert read_stream(str(record), "stdout") == b"out 1\nout 2\nout 3 not yet indexed\n"
     (record / "output.idx").write_text("")  # nothing indexed: the whole log
     assert read_stream(str(record), "stdout") == b"out 1\nerr 1\nout 2\nout 3 not yet indexed\n"
+
+
+def test_a_failed_json_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 14, item 4: a full disk while meta.json or result.json is written leaves no .tmpPID."""
+    import errno
+
+    from gpufix.record import meta as meta_module
+
+    def full(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(meta_module.json, "dump", full)
+    try:
+        meta_module.write_json_atomic(str(tmp_path / "meta.json"), {"status": "running"})
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    else:
+        raise AssertionError("the write should have failed")
+    assert list(tmp_path.iterdir()) == []

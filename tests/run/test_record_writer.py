@@ -81,8 +81,7 @@ def test_a_stalled_disk_never_stalls_the_job_and_the_loss_is_reported(tmp_path: 
     assert took < 5.0, took  # the job itself waited at most briefly for the record
     assert elapsed < 20, elapsed
     assert result.stderr.count(b"gpufix: warning:") == 1
-    assert b"gpufix: warning: the disk was too slow: " in result.stderr
-    assert b"bytes of the job's output are missing from the run record" in result.stderr
+    assert b"bytes of the job's output are missing from the run record (the disk was too slow)" in result.stderr
     (record,) = records(tmp_path / "r")
     dropped = json.loads((record / "result.json").read_text())["record_dropped_bytes"]
     assert dropped > 0 and (record / "output.log").stat().st_size + dropped >= len(result.stdout)
@@ -151,3 +150,38 @@ def test_index_is_written_within_a_second_while_the_job_is_quiet(tmp_path: Path)
     rec.write("stdout", b"step 1\n", 0.0)
     assert wait_for(lambda: (tmp_path / "output.idx").stat().st_size > 0, timeout_s=1.5)
     rec.close()
+
+
+def test_a_record_that_cannot_be_written_does_not_hide_the_diagnosis(tmp_path: Path) -> None:
+    """Issue 14, item 4: with the record's file-size limit hit (a full disk alike), the OOM the job
+    printed is still the diagnosis (from the output gpufix kept in memory), and the loss is counted."""
+    code = ("import sys; sys.stdout.write('x' * 10**7); "
+            "sys.stderr.write('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\\n'); sys.exit(3)")
+    inner = " ".join([PY, "-m", "gpufix", "run", "--record-dir", str(tmp_path / "r"), "--", PY, "-c", repr(code)])
+    result = subprocess.run(["bash", "-c", f"ulimit -f 1000; {inner} > /dev/null"], capture_output=True, env=env(), timeout=120)
+    assert result.returncode == 3
+    assert b"MEM001" in result.stderr and b"no known failure pattern" not in result.stderr
+    assert b"(it could not be written)" in result.stderr
+    (record,) = records(tmp_path / "r")
+    doc = json.loads((record / "result.json").read_text())
+    assert doc["findings"][0]["code"] == "MEM001"
+    assert doc["record_dropped_bytes"] + (record / "output.log").stat().st_size >= 10**7
+    assert not [p for p in record.iterdir() if ".tmp" in p.name]
+
+
+def test_the_output_kept_in_memory_is_bounded_head_and_tail() -> None:
+    from gpufix.runner import OutputTail
+
+    kept = OutputTail()
+    kept.HEAD, kept.TAIL = 10, 20  # small, for the test
+    for i in range(100):
+        kept.add(b"line %03d\n" % i)
+    data = kept.data()
+    assert data.startswith(b"line 000\nl") and data.endswith(b"line 099\n")
+    head, gap, tail = data[:10], data[10:11], data[11:]
+    assert head == b"line 000\nl" and gap == b"\n"  # what was left out never joins two lines
+    assert 20 <= len(tail) < 20 + 9 and tail.endswith(b"line 099\n")
+    assert kept.size == 900 and "first" in kept.describe()
+    small = OutputTail()
+    small.add(b"all\n")
+    assert small.data() == b"all\n" and small.describe() == "all of it"
