@@ -186,8 +186,10 @@ class OutputTail:
     TAIL = 8 << 20
 
     def __init__(self) -> None:
+        from collections import deque
+
         self.head = bytearray()
-        self.tail: list[bytes] = []
+        self.tail: deque[bytes] = deque()  # chunks as relayed: tiny ones when the job writes byte by byte
         self.tail_bytes = 0
         self.size = 0
 
@@ -201,7 +203,7 @@ class OutputTail:
             self.tail.append(data)
             self.tail_bytes += len(data)
             while self.tail_bytes - len(self.tail[0]) >= self.TAIL:
-                self.tail_bytes -= len(self.tail.pop(0))
+                self.tail_bytes -= len(self.tail.popleft())
 
     def data(self) -> bytes:
         skipped = self.size - len(self.head) - self.tail_bytes
