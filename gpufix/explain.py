@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
     from typing import BinaryIO

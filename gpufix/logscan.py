@@ -15,6 +15,7 @@ A pattern may span a terminal-wrapped line by using `\\s+` between words.
 from __future__ import annotations
 
 from collections.abc import Iterable
+
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
     from typing import Any, BinaryIO

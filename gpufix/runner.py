@@ -225,7 +225,8 @@ def interruption(result: JobResult) -> str | None:
     return signal.Signals(forwarded[-1]).name if forwarded else None
 
 
-def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False) -> tuple[dict[str, object], str]:
+def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = None,
+              only_warnings: bool = False) -> tuple[dict[str, object], str]:
     """Explain the record (output and measurements): the result.json fields and the text for
     stderr. With `only_warnings` (a job that succeeded), the text is empty unless something of
     warning severity or worse was found."""
@@ -237,7 +238,6 @@ def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False)
     interrupted_by = interruption(result)
     how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None, interrupted_by)
     has_meta = os.path.isfile(os.path.join(record.path, "meta.json"))
-    kept = getattr(record, "kept_output", None)
     try:
         if record.output.dropped_bytes and kept is not None and kept.size:
             from gpufix.explain import explain_record_output
@@ -255,10 +255,10 @@ def _diagnose(record: RunRecord, result: JobResult, only_warnings: bool = False)
         # was doing when stopped (a hang, a starved loader, a GPU fault) still counts.
         from gpufix.explain import Diagnosis
 
-        kept = [f for f in diagnosis.findings if f.category != "not_gpu"]
-        diagnosis = Diagnosis([f._replace(consequence_of=None) if f.consequence_of and
-                               f.consequence_of not in {k.code for k in kept} else f for f in kept],
-                              diagnosis.evidence, diagnosis.notes)
+        remaining = [f for f in diagnosis.findings if f.category != "not_gpu"]
+        codes = {f.code for f in remaining}
+        diagnosis = Diagnosis([f._replace(consequence_of=None) if f.consequence_of and f.consequence_of not in codes
+                               else f for f in remaining], diagnosis.evidence, diagnosis.notes)
     if only_warnings and not any(f.severity in _SHOWN_ON_SUCCESS for f in diagnosis.findings):
         return diagnosis.to_dict(), ""
     color = sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
@@ -364,14 +364,13 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
             _start_sampler(samplers[0], pid)
 
     sink = None
-    if record is not None:
-        kept = OutputTail()
+    kept = OutputTail() if record is not None else None
+    if record is not None and kept is not None:
 
         def sink(stream: str, data: bytes, now_s: float) -> None:
             kept.add(data)  # the diagnosis must not depend on the record being written
             record.output.write(stream, data, now_s)
 
-        record.kept_output = kept  # type: ignore[attr-defined]
     supervisor = Supervisor(command, sink=sink, on_started=on_started, warn=warn, env=env)
     result = supervisor.run()
     with monitor_lock:
@@ -386,14 +385,14 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
         except Exception as exc:  # noqa: BLE001
             warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")
     try:
-        _finish(record, result, probe[0] if probe else None, samplers[0] if samplers else None, verbose)
+        _finish(record, result, probe[0] if probe else None, samplers[0] if samplers else None, verbose, kept)
     except BaseException as exc:  # noqa: BLE001 - even Ctrl-C during the diagnosis keeps the job's status
         warn(f"could not finish the run record: {type(exc).__name__}: {exc}")
     return result
 
 
 def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | None, sampler: Sampler | None,
-            verbose: bool) -> None:
+            verbose: bool, kept: OutputTail | None = None) -> None:
     if sampler is not None:
         try:
             sampler.stop()
@@ -452,7 +451,7 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     if (failed or measured) and not result.spawn_error:
         record.write_result(fields)  # the diagnosis reads output_blocked_s from it
         try:
-            diagnosis, text = _diagnose(record, result, only_warnings=not failed)
+            diagnosis, text = _diagnose(record, result, kept, only_warnings=not failed)
             fields.update(diagnosis)
             fields["diagnosed"] = True
         except Exception as exc:  # noqa: BLE001 - a broken rule pack must not hide the job's status

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
     from typing import Any, NamedTuple

@@ -8,6 +8,7 @@ compiling every pattern into an RE2 set, which costs more than the whole rest of
 from __future__ import annotations
 
 import re
+
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
     from typing import Any

@@ -14,6 +14,7 @@ import marshal
 import os
 import sys
 import zlib
+
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
     from typing import Any

@@ -54,6 +54,10 @@ def test_a_diverging_job_gets_the_step_its_loss_stopped_being_finite(tmp_path: P
     # lr=4 on this regression: the loss overflows float32 at step 19 (printed as inf at step 20)
     assert root["message"].startswith("The loss became inf at optimizer step 19 on rank 0"), root["message"]
     assert b"NUM010" in result.stderr and b"optimizer step 19" in result.stderr
+    (record,) = [p for p in (tmp_path / "records").iterdir() if p.is_dir()]
+    (end,) = [json.loads(line) for probe in (record / "probe").glob("probe-*.jsonl")
+              for line in probe.read_text().splitlines() if '"kind":"end"' in line.replace(" ", "")]
+    assert end["finite_checks"] == 19  # one loss check per step until the first non-finite one
     printed = next(f for f in doc["findings"] if f["code"] == "NUM001")  # the printed tensor(inf, ...) too
     assert printed["consequence_of"] == "NUM010"
     # an fp32 run is not told to switch "from fp16 to bf16"

@@ -149,6 +149,10 @@ class Probe(object):
             pass
         if tracker is not None:
             tracker.amp_summary(record)
+        if self.finite is not None and self.finite.checked:
+            record["finite_checks"] = self.finite.checked  # loss/gradient checks queued (finite.py)
+            if self.finite.unchecked:
+                record["finite_unchecked"] = self.finite.unchecked  # skipped: every pinned buffer in flight
         if tracker is not None and tracker.step == 0:
             record["cuda"] = cudamem.cuda_facts(torch, "exit")
         self.out.write(record, essential=True)
