@@ -62,7 +62,7 @@ def rows():  # type: ignore[no-untyped-def]
 
 # Floors under the validation score as last measured (benchmarks/corpus.py prints it): a change
 # that makes unseen failures worse fails here. The targets are 95% and 95%.
-VALIDATION_GPU_TOP1 = 0.91
+VALIDATION_GPU_TOP1 = 0.92
 VALIDATION_ORDINARY_CLEAN = 0.95
 
 
