@@ -13,6 +13,7 @@ from __future__ import annotations
 from gpufix import conditions
 from gpufix.evidence import Evidence, ExceptionRecord, LineRef
 from gpufix.findings import Finding, RenderedFix
+from gpufix.redact import redact_text
 from gpufix.regex import compile_pattern, decode_groups
 from gpufix.rules.model import Group, Leaf, Rule, RuleSet, pattern_key
 
@@ -192,7 +193,10 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
     for ref in sorted(result.refs, key=lambda r: (order.get(r.source, 0), r.line)):
         unique.setdefault((ref.source, ref.line), ref)
     refs = list(unique.values())
-    fields = _fields(rule, result, refs, facts)
+    # Secrets the job printed stop here: everything shown or stored (messages, fixes, evidence, reports, the
+    # post-mortem index) is built from the redacted fields and evidence; `all_refs` stays raw for internal use.
+    fields = {key: redact_text(value) for key, value in _fields(rule, result, refs, facts).items()}
+    shown = [ref._replace(text=redact_text(ref.text)) for ref in refs[:MAX_EVIDENCE_SHOWN]]
     message = next((m for m in (conditions.fill(t, fields) for t in rule.messages) if m), rule.title)
     fixes = []
     for fix in rule.fixes:
@@ -214,7 +218,7 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
         message=message,
         explanation=rule.explanation,
         fields=fields,
-        evidence=refs[:MAX_EVIDENCE_SHOWN],
+        evidence=shown,
         evidence_count=len(refs) + result.overflow,
         fixes=fixes,
         experiments=[{"name": e.name, "params": dict(e.params)} for e in rule.experiments],

@@ -42,7 +42,7 @@ class Finding(NamedTuple):
     references: list[str]
     priority: int
     is_gpu: bool
-    all_refs: list[LineRef]  # every matched line; `evidence` is the first few shown
+    all_refs: list[LineRef]  # every matched line, unredacted (never shown or stored); `evidence`: the first few, redacted
 
     @property
     def first_position(self) -> tuple[str, int]:

@@ -3,7 +3,6 @@
     record.layout   names, creation, reading back (`is_record_dir`, `read_stream`, `iter_chunks`)
     record.writer   output.log + output.idx, appended chunk by chunk
     record.meta     meta.json / result.json content, git and package probes
-    record.redact   secrets out of environment values and command lines
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 from gpufix import __version__
 from gpufix.record.layout import FORMAT_VERSION
-from gpufix.record.redact import redact_argv, redact_env
+from gpufix.redact import redact_argv, redact_env
 
 # Environment variables worth keeping in a record: they change how training runs.
 RELEVANT_ENV_PREFIXES = (

@@ -95,7 +95,7 @@ def test_the_job_starts_before_click_or_anything_heavy_is_imported(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     loaded = set((tmp_path / "modules.txt").read_text().split())
     assert "gpufix.runner" in loaded
-    heavy = {"click", "dataclasses", "inspect", "typing", "json", "shutil", "gpufix.record.meta", "gpufix.record.redact",
+    heavy = {"click", "dataclasses", "inspect", "typing", "json", "shutil", "gpufix.record.meta", "gpufix.redact",
              "gpufix.supervise.hooks", "yaml", "rich", "gpufix.cli"}
     assert not heavy & loaded
     (record,) = records(tmp_path / "r")

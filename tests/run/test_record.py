@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpufix.record.layout import iter_chunks, read_stream
-from gpufix.record.redact import REDACTED, is_secret_name, redact_argv, redact_text
+from gpufix.redact import REDACTED, is_secret_name, redact_argv, redact_text
 from tests.conftest import FIXTURES, ROOT
 from tests.run.helpers import PY, env, gpufix_run, records, script
 
