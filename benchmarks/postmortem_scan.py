@@ -14,7 +14,21 @@ and optionally the existing LogScanner. For each: median wall time, MiB/s, CPU s
 of the child (os.wait4), and the ratio of grep's time to gpufix's (above 1: gpufix is faster).
 Targets: >= 0.8x on one core, >= 1.0x on two. The machine is shared: medians of interleaved runs.
 
+With --tree-files N it also times `gpufix postmortem` itself on a tree of N small files (Slurm
+outputs, plain logs, run records; one in five a failure), in child processes,
+interleaved, reps times each:
+
+  cold      a fresh index: every file read, scanned and diagnosed
+  warm      the same tree again: every file stat-ed and found unchanged (nothing read or diagnosed)
+  walk      the floor: a Python child that walks the tree and stats every file, nothing else
+  touched   the warm run after one file in a hundred was appended to (those are read again)
+
+and prints the medians and the ratios cold / warm (how much the index saves) and warm / walk (what
+a warm run costs above the stats it has to make). `--src DIR` runs the gpufix of another checkout
+(say `git archive HEAD`) for a before/after comparison; `--size-mib 0` skips the scan benchmark.
+
 Run: python benchmarks/postmortem_scan.py [--size-mib 1024] [--reps 3] [--logscanner] [--keep DIR]
+                                          [--tree-files 20000] [--src DIR]
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -234,74 +249,207 @@ def run_child(cmd: list[str], env: dict[str, str], stdout: int | None) -> dict[s
             "out": out.decode()}
 
 
+# -- a post-mortem of many small files: cold index vs warm index -----------------------------
+
+_HEALTHY = "".join(f"2025-11-30 10:{i % 60:02d}:00 step {i} loss 0.{i:04d} lr 3e-4 | 1.67 it/s\n" for i in range(30))
+_OOM = ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 79.15 GiB of which 1.20 GiB is free.\n")
+# gpufix runs under a small launcher: a child's ru_maxrss starts at the RSS of the process it was
+# forked from (Linux keeps the high-water mark across fork and exec), and this one holds reports.
+_LAUNCH = r"""
+import json, os, sys, time
+usage_file, out_file, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    fd = os.open(out_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.execv(argv[0], argv)
+_pid, status, usage = os.wait4(pid, 0)
+with open(usage_file, "w") as f:
+    json.dump({"wall": time.perf_counter() - start, "cpu": usage.ru_utime + usage.ru_stime,
+               "rss": usage.ru_maxrss / 1024, "rc": os.waitstatus_to_exitcode(status)}, f)
+"""
+_WALK = r"""
+import os, sys
+n = 0
+for folder, dirs, names in os.walk(sys.argv[1]):
+    for name in names:
+        os.stat(os.path.join(folder, name))
+        n += 1
+print(n)
+"""
+
+
+def make_tree(root: Path, files: int) -> list[Path]:
+    """`files` small files under `root`, 100 to a folder; returns the plain logs (for touching)."""
+    logs: list[Path] = []
+    made = 0
+    i = 0
+    while made < files:
+        folder = root / f"night{i // 1000:03d}" / f"job{i // 100 % 10}"
+        folder.mkdir(parents=True, exist_ok=True)
+        failed = i % 5 == 4
+        kind = i % 50
+        if kind == 0:  # a run record: meta.json, result.json, output.log, output.idx (4 files)
+            record = folder / f"20251130T{i % 240000:06d}Z-train-{i:06x}"
+            record.mkdir()
+            output = (_HEALTHY + (_OOM if failed else "Training completed\n")).encode()
+            (record / "meta.json").write_text(json.dumps({"format": 1, "status": "finished", "name": "train",
+                                                          "command": ["python", "train.py"],
+                                                          "start_utc": "2025-11-30T10:00:00Z"}))
+            (record / "output.log").write_bytes(output)
+            (record / "output.idx").write_text(json.dumps({"t": 1.0, "stream": "stdout", "offset": 0,
+                                                           "length": len(output)}) + "\n")
+            (record / "result.json").write_text(json.dumps({"exit_status": 1 if failed else 0, "duration_s": 60.0}))
+            made += 4
+        elif kind < 20:
+            (folder / f"slurm-{100000 + i}.out").write_text(_HEALTHY + (_OOM if failed else "exited with code 0\n"))
+            made += 1
+        else:
+            log = folder / f"train-{i}.log"
+            log.write_text(_HEALTHY + (_OOM if failed else "Training completed\n"))
+            logs.append(log)
+            made += 1
+        i += 1
+    return logs
+
+
+def launched(cmd: list[str], env: dict[str, str], tmp: Path) -> dict[str, Any]:
+    """Wall and CPU seconds and peak RSS (MiB) of `cmd` under the launcher; its stdout in "out"."""
+    usage, out = tmp / "usage.json", tmp / "out.txt"
+    # cwd: `python -m` puts it first on sys.path, before PYTHONPATH (--src)
+    subprocess.run([sys.executable, "-c", _LAUNCH, str(usage), str(out), *cmd], env=env, check=True, cwd=tmp)
+    measured = json.loads(usage.read_text())
+    if measured["rc"] not in (0, 1):
+        raise SystemExit(f"{cmd[:4]} failed ({measured['rc']})")
+    measured["out"] = out.read_text()
+    return measured
+
+
+def tree_benchmark(tmp: Path, files: int, reps: int, src: str | None) -> None:
+    root = tmp / "tree"
+    if root.exists():
+        shutil.rmtree(root)
+    logs = make_tree(root, files)
+    index = root / ".gpufix-index.sqlite"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["GPUFIX_CACHE_DIR"] = str(tmp / "cache")
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(src), *filter(None, [env.get("PYTHONPATH")])])
+    gpufix = [sys.executable, "-m", "gpufix", "postmortem", "--format", "json", str(root)]
+    subprocess.run([sys.executable, "-m", "gpufix", "rules", "list"], env=env, cwd=tmp, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # the rule cache, as later runs find it
+    times: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": [], "touched": [], "walk": []}
+    outputs: dict[str, str] = {}
+    for rep in range(reps):
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            Path(str(index) + suffix).unlink(missing_ok=True)
+        for name, cmd in (("cold", gpufix), ("walk", [sys.executable, "-c", _WALK, str(root)]), ("warm", gpufix)):
+            measured = launched(cmd, env, tmp)
+            outputs[name] = measured.pop("out")
+            times[name].append(measured)
+        for log in logs[rep::100]:
+            with open(log, "a") as f:
+                f.write(f"2025-11-30 10:59:59 eval {rep} done\n")
+        measured = launched(gpufix, env, tmp)
+        measured.pop("out")
+        times["touched"].append(measured)
+    source = launched([sys.executable, "-c", "import gpufix; print(gpufix.__file__)"], env, tmp)["out"].strip()
+    print(f"\ntree            {files} files ({sum(1 for _ in root.rglob('*') if _.is_file())} on disk), "
+          f"{len(logs[::100])} appended to before each 'touched' run; gpufix from {os.path.dirname(source)}")
+    print(f"{'':32s} {'wall s':>7s} {'CPU s':>7s} {'RSS MiB':>8s}")
+    med = {}
+    for name, label in (("cold", "postmortem, cold index"), ("warm", "postmortem, warm index"),
+                        ("touched", "postmortem, 1% appended"), ("walk", "walk + stat (python)")):
+        runs = times[name]
+        med[name] = statistics.median(r["wall"] for r in runs)
+        print(f"{label:32s} {med[name]:7.2f} {statistics.median(r['cpu'] for r in runs):7.2f} "
+              f"{max(r['rss'] for r in runs):8.0f}")
+    same = json.loads(outputs["cold"])["runs"] == json.loads(outputs["warm"])["runs"]
+    print(f"\nratio cold / warm   {med['cold'] / med['warm']:6.1f}x  (the index's saving)")
+    print(f"ratio warm / walk   {med['warm'] / med['walk']:6.1f}x  (a warm run above the stats it makes)")
+    print(f"warm report equals cold report: {same}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--logscanner", action="store_true", help="also time the existing LogScanner (slow)")
     parser.add_argument("--keep", help="generate the log into this directory and keep it")
+    parser.add_argument("--tree-files", type=int, default=0, help="also time postmortem on a tree of N small files")
+    parser.add_argument("--src", help="run the gpufix of this checkout in the tree benchmark (PYTHONPATH)")
     args = parser.parse_args()
 
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpufix-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     try:
-        log = tmp / "8rank-mixed.log"
-        if not log.exists() or log.stat().st_size < args.size_mib << 20:
-            make_log(log, args.size_mib, mixed=True)
-        size_mib = log.stat().st_size / (1 << 20)
-        rules = load_ruleset()
-        eres, dropped = convert_all(rules.line_patterns)
-        patterns = tmp / "patterns.ere"
-        patterns.write_text("\n".join(eres) + "\n")
-        env = {**os.environ, "LC_ALL": "C"}
-        taskset = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # into the page cache
-
-        # -c into a pipe: with stdout on /dev/null GNU grep stops at the first match, -c or not
-        grep = ["grep", "-c", "-E", "-f", str(patterns), str(log)]
-        py = [sys.executable, "-c", CHILD]
-        configs = {
-            "grep, 1 core": (taskset + grep, subprocess.PIPE),
-            "gpufix scan_file, 1 core": (taskset + py + ["fast", str(log), "1"], subprocess.PIPE),
-            "grep": (grep, subprocess.PIPE),
-            "gpufix scan_files, 2 cores": (py + ["fast", str(log), "2"], subprocess.PIPE),
-        }
-        if args.logscanner:
-            configs["LogScanner (existing), 1 core"] = (taskset + py + ["slow", str(log), "1"], subprocess.PIPE)
-        results: dict[str, list[dict]] = {name: [] for name in configs}
-        for _ in range(args.reps):
-            for name, (cmd, stdout) in configs.items():
-                results[name].append(run_child(cmd, env, stdout))
-
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        print(f"log             {size_mib:8.0f} MiB  ({log.name}, {cores} CPUs available, load {os.getloadavg()[0]:.1f})")
-        print(f"patterns        {len(rules.line_patterns)} line patterns; {len(eres)} converted to ERE for grep, "
-              f"{len(dropped)} dropped")
-        print(f"runs            median of {args.reps}, interleaved\n")
-        print(f"{'':32s} {'wall s':>7s} {'MiB/s':>7s} {'CPU s':>7s} {'RSS MiB':>8s}")
-        med = {}
-        for name, runs in results.items():
-            wall = statistics.median(r["wall"] for r in runs)
-            cpu = statistics.median(r["cpu"] for r in runs)
-            rss = max(r["rss"] for r in runs)
-            med[name] = (wall, cpu)
-            print(f"{name:32s} {wall:7.2f} {size_mib / wall:7.0f} {cpu:7.2f} {rss:8.0f}")
-        print()
-        one = med["grep, 1 core"][0] / med["gpufix scan_file, 1 core"][0]
-        two = med["grep"][0] / med["gpufix scan_files, 2 cores"][0]
-        one_cpu = med["grep, 1 core"][1] / med["gpufix scan_file, 1 core"][1]
-        print(f"ratio 1 core    {one:5.2f}x grep  (target >= 0.8x)  {'OK' if one >= 0.8 else 'MISSED'}"
-              f"   [CPU-time ratio {one_cpu:.2f}x]")
-        print(f"ratio 2 cores   {two:5.2f}x grep  (target >= 1.0x)  {'OK' if two >= 1.0 else 'MISSED'}")
-        if args.logscanner:
-            ls = med["LogScanner (existing), 1 core"][0] / med["gpufix scan_file, 1 core"][0]
-            print(f"fastscan vs LogScanner, 1 core: {ls:.2f}x")
-        found = json.loads(results["gpufix scan_files, 2 cores"][0]["out"])
-        print(f"found           {found['hits']} hits of {found['patterns_hit']} patterns, "
-              f"{found['exceptions']} exceptions, {found['lines']} lines; last hit on line {found['last']}")
+        if args.size_mib > 0:
+            scan_benchmark(tmp, args)
+        if args.tree_files > 0:
+            tree_benchmark(tmp, args.tree_files, args.reps, args.src)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def scan_benchmark(tmp: Path, args: argparse.Namespace) -> None:
+    """fastscan vs grep on one big log (see the module doc)."""
+    log = tmp / "8rank-mixed.log"
+    if not log.exists() or log.stat().st_size < args.size_mib << 20:
+        make_log(log, args.size_mib, mixed=True)
+    size_mib = log.stat().st_size / (1 << 20)
+    rules = load_ruleset()
+    eres, dropped = convert_all(rules.line_patterns)
+    patterns = tmp / "patterns.ere"
+    patterns.write_text("\n".join(eres) + "\n")
+    env = {**os.environ, "LC_ALL": "C"}
+    taskset = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # into the page cache
+
+    # -c into a pipe: with stdout on /dev/null GNU grep stops at the first match, -c or not
+    grep = ["grep", "-c", "-E", "-f", str(patterns), str(log)]
+    py = [sys.executable, "-c", CHILD]
+    configs = {
+        "grep, 1 core": (taskset + grep, subprocess.PIPE),
+        "gpufix scan_file, 1 core": (taskset + py + ["fast", str(log), "1"], subprocess.PIPE),
+        "grep": (grep, subprocess.PIPE),
+        "gpufix scan_files, 2 cores": (py + ["fast", str(log), "2"], subprocess.PIPE),
+    }
+    if args.logscanner:
+        configs["LogScanner (existing), 1 core"] = (taskset + py + ["slow", str(log), "1"], subprocess.PIPE)
+    results: dict[str, list[dict]] = {name: [] for name in configs}
+    for _ in range(args.reps):
+        for name, (cmd, stdout) in configs.items():
+            results[name].append(run_child(cmd, env, stdout))
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"log             {size_mib:8.0f} MiB  ({log.name}, {cores} CPUs available, load {os.getloadavg()[0]:.1f})")
+    print(f"patterns        {len(rules.line_patterns)} line patterns; {len(eres)} converted to ERE for grep, "
+          f"{len(dropped)} dropped")
+    print(f"runs            median of {args.reps}, interleaved\n")
+    print(f"{'':32s} {'wall s':>7s} {'MiB/s':>7s} {'CPU s':>7s} {'RSS MiB':>8s}")
+    med = {}
+    for name, runs in results.items():
+        wall = statistics.median(r["wall"] for r in runs)
+        cpu = statistics.median(r["cpu"] for r in runs)
+        rss = max(r["rss"] for r in runs)
+        med[name] = (wall, cpu)
+        print(f"{name:32s} {wall:7.2f} {size_mib / wall:7.0f} {cpu:7.2f} {rss:8.0f}")
+    print()
+    one = med["grep, 1 core"][0] / med["gpufix scan_file, 1 core"][0]
+    two = med["grep"][0] / med["gpufix scan_files, 2 cores"][0]
+    one_cpu = med["grep, 1 core"][1] / med["gpufix scan_file, 1 core"][1]
+    print(f"ratio 1 core    {one:5.2f}x grep  (target >= 0.8x)  {'OK' if one >= 0.8 else 'MISSED'}"
+          f"   [CPU-time ratio {one_cpu:.2f}x]")
+    print(f"ratio 2 cores   {two:5.2f}x grep  (target >= 1.0x)  {'OK' if two >= 1.0 else 'MISSED'}")
+    if args.logscanner:
+        ls = med["LogScanner (existing), 1 core"][0] / med["gpufix scan_file, 1 core"][0]
+        print(f"fastscan vs LogScanner, 1 core: {ls:.2f}x")
+    found = json.loads(results["gpufix scan_files, 2 cores"][0]["out"])
+    print(f"found           {found['hits']} hits of {found['patterns_hit']} patterns, "
+          f"{found['exceptions']} exceptions, {found['lines']} lines; last hit on line {found['last']}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
     postmortem.discover   find logs under PATHs, group them into runs
     postmortem.scan       scan_file(path, ruleset) -> Evidence (the one call that reads a log's bytes)
     postmortem.facts      a file's time range, environment banners, exit markers (first/last 256 KiB)
-    postmortem.index      the SQLite cache of scans and run verdicts
+    postmortem.index      the SQLite cache of scans, run reports and run verdicts
+    postmortem.reuse      when a stored run report still holds (its key), and its stored form
     postmortem.analyze    one run: status, root cause, first failing rank, when
     postmortem.runinfo    record metadata, environment, lines around a failure
     postmortem.telemetry  telemetry.jsonl around the failure

@@ -16,8 +16,10 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gpufix.errors import InputError
+from gpufix.postmortem.index import Stamp
 from gpufix.safeio import not_regular, read_regular
 from gpufix.record.layout import OUTPUT_LOG, is_record_dir
 
@@ -50,13 +52,29 @@ class RunGroup:
     record_dir: str | None = None
 
 
-def _is_kernel_log(path: str) -> bool:
+class SniffCache(Protocol):
+    """Where discovery finds the Xid sniff of a file it saw before (the post-mortem index)."""
+
+    def kernel_sniff(self, abspath: str, stamp: Stamp) -> bool | None: ...
+
+    def note_sniff(self, abspath: str, stamp: Stamp, found: bool) -> None: ...
+
+
+def _is_kernel_log(path: str, st: os.stat_result | None = None, sniffs: SniffCache | None = None) -> bool:
     if _KERNEL_NAME.match(os.path.basename(path)):
         return True
+    if sniffs is not None and st is not None:
+        abspath, stamp = os.path.abspath(path), Stamp.of(st)
+        known = sniffs.kernel_sniff(abspath, stamp)
+        if known is not None:
+            return known
     try:
-        return b"NVRM: Xid" in read_regular(path, _SNIFF_BYTES)
+        found = b"NVRM: Xid" in read_regular(path, _SNIFF_BYTES)
     except OSError:
         return False
+    if sniffs is not None and st is not None:
+        sniffs.note_sniff(abspath, stamp, found)
+    return found
 
 
 def _torchrun_parts(path: str) -> tuple[str, int | None, int] | None:
@@ -75,21 +93,24 @@ def _torchrun_parts(path: str) -> tuple[str, int | None, int] | None:
     return os.sep.join(above + [run_dir]), None, int(local)
 
 
-def _walk(root: str, notes: list[str]) -> list[str]:
-    """Every non-hidden file under `root`, sorted, depth first (as os.walk top-down); a record
-    folder stands for itself. Iterative, so a tree of any depth is walked; symbolic links to
-    folders are not followed; a folder that cannot be listed is a note."""
+def _walk(root: str, notes: list[str]) -> list[tuple[str, str]]:
+    """Every non-hidden file under `root`, sorted, depth first (as os.walk top-down), with its real
+    path; a record folder stands for itself. Iterative, so a tree of any depth is walked;
+    symbolic links to folders are not followed; a folder that cannot be listed is a note.
+
+    The real path of an entry that is not a link is its folder's real path and its name (links
+    to folders are not followed), so only the root and links cost a `realpath`."""
     try:
         if not stat.S_ISDIR(os.stat(root).st_mode):
-            return [root]
+            return [(root, os.path.realpath(root))]
     except OSError:
-        return [root]  # discover notes what it is
-    found: list[str] = []
-    stack = [root]
+        return [(root, os.path.realpath(root))]  # discover notes what it is
+    found: list[tuple[str, str]] = []
+    stack = [(root, os.path.realpath(root))]
     while stack:
-        folder = stack.pop()
+        folder, real = stack.pop()
         if is_record_dir(folder):
-            found.append(folder)
+            found.append((folder, real))
             continue  # a record's other files are not logs to scan
         try:
             with os.scandir(folder) as entries:
@@ -97,8 +118,11 @@ def _walk(root: str, notes: list[str]) -> list[str]:
         except OSError as exc:
             notes.append(f"{folder}: cannot list this folder ({exc.strerror or exc}); skipped")
             continue
-        found += [os.path.join(folder, name) for name, is_dir, _link in sorted(listed) if not is_dir]
-        stack += [os.path.join(folder, name) for name, is_dir, link in sorted(listed, reverse=True) if is_dir and not link]
+        for name, _is_dir, link in sorted(e for e in listed if not e[1]):
+            path = os.path.join(folder, name)
+            found.append((path, os.path.realpath(path) if link else os.path.join(real, name)))
+        stack += [(os.path.join(folder, name), os.path.join(real, name))
+                  for name, is_dir, link in sorted(listed, reverse=True) if is_dir and not link]
     return found
 
 
@@ -115,11 +139,12 @@ def _wanted(path: str, explicit: bool) -> bool:
         _KERNEL_NAME.match(name) or _FLIGHT.match(name) or _SLURM.match(name))
 
 
-def discover(paths: list[str], notes: list[str] | None = None) -> list[RunGroup]:
+def discover(paths: list[str], notes: list[str] | None = None, sniffs: SniffCache | None = None) -> list[RunGroup]:
     """Group the logs under `paths` into runs (kernel logs are separate runs of kind `kernel`).
 
     Only regular files are taken: a log-named FIFO, device, socket or dangling symbolic link,
-    and a folder that cannot be listed, is a note appended to `notes`, never opened.
+    and a folder that cannot be listed, is a note appended to `notes`, never opened. `sniffs`:
+    the index, so that an unchanged file is not opened again to look for an Xid.
     """
     notes = [] if notes is None else notes
     groups: dict[str, RunGroup] = {}
@@ -129,20 +154,22 @@ def discover(paths: list[str], notes: list[str] | None = None) -> list[RunGroup]
         if not os.path.exists(root):
             raise InputError(f"{root}: no such file or folder",
                              hint="pass run records, log files or folders of them: gpufix postmortem runs/")
-        for path in _walk(root, notes):
-            real = os.path.realpath(path)
+        for path, real in _walk(root, notes):
             if real in seen:
                 continue
             seen.add(real)
-            if os.path.isdir(path):
+            try:
+                st: os.stat_result | None = os.stat(path)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISDIR(st.st_mode):
                 rid = os.path.basename(os.path.normpath(path))
                 groups[real] = RunGroup(rid, "record", real, [LogFile(os.path.join(path, OUTPUT_LOG), "record")], path)
                 continue
             if not _wanted(path, explicit=path == root):
                 continue
-            why = not_regular(path)
-            if why is not None:
-                notes.append(f"{path}: {why}")
+            if st is None or not stat.S_ISREG(st.st_mode):
+                notes.append(f"{path}: {not_regular(path) or 'changed while it was listed; not read'}")
                 continue
             tr = _torchrun_parts(path)
             if tr is not None:
@@ -156,8 +183,8 @@ def discover(paths: list[str], notes: list[str] | None = None) -> list[RunGroup]
                 rid = f"slurm-{slurm.group('job')}"
                 groups.setdefault("slurm:" + rid, RunGroup(rid, "slurm", real)).files.append(LogFile(path, "slurm"))
                 continue
-            rel = os.path.relpath(path, root) if path != root else name
-            if _is_kernel_log(path):
+            rel = _relative(path, root) if path != root else name
+            if _is_kernel_log(path, st, sniffs):
                 groups[real] = RunGroup(rel, "kernel", real, [LogFile(path, "kernel")])
                 continue
             flight = _FLIGHT.match(name)
@@ -169,6 +196,12 @@ def discover(paths: list[str], notes: list[str] | None = None) -> list[RunGroup]
     _add_torchrun(groups, torchrun_ranks)
     _adopt_launcher_logs(groups)
     return _unique_ids(list(groups.values()))
+
+
+def _relative(path: str, root: str) -> str:
+    """`os.path.relpath(path, root)` for a path the walk joined under `root`, without its two abspaths."""
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    return os.path.normpath(path[len(prefix):]) if path.startswith(prefix) else os.path.relpath(path, root)
 
 
 def _add_torchrun(groups: dict[str, RunGroup], runs: dict[str, list[tuple[LogFile, int | None, int]]]) -> None:

@@ -16,11 +16,15 @@ from gpufix.safeio import is_regular, open_regular, read_regular
 from gpufix.record.layout import META, OUTPUT_INDEX, RESULT, iter_chunks
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from gpufix.postmortem.analyze import FileResult
+    from gpufix.safeio import BoundedReader
 
 CONTEXT_BEFORE = 200
 CONTEXT_AFTER = 50
 CONTEXT_LINE_CHARS = 2000
+_SKIP_BYTES = 1 << 20  # the rest of a long line is read past in pieces of this size
 ENV_KEYS = ("host", "driver", "cuda", "torch", "nccl", "gpu", "python")
 # gpufix's own variables in a record's environment: GPUFIX_* (GPUFIX_PROBE_DIR, set per record,
 # differs between any two runs) and the probe's folder, which `gpufix run` puts first on the job's
@@ -43,16 +47,37 @@ def read_record(record_dir: str) -> dict[str, Any]:
     return {"meta": _json(os.path.join(record_dir, META)), "result": _json(os.path.join(record_dir, RESULT))}
 
 
+def _bounded_lines(f: BoundedReader) -> Iterator[tuple[bytes, int]]:
+    """Each line of `f` as (its first CONTEXT_LINE_CHARS bytes, its full length in bytes).
+
+    The rest of a longer line is read and dropped in bounded pieces: iterating the reader would
+    hold a whole line (twice, while it is joined), and one line of a log can be gigabytes long.
+    """
+    while True:
+        head = f.readline(CONTEXT_LINE_CHARS)
+        if not head:
+            return
+        length = len(head)
+        if length == CONTEXT_LINE_CHARS and not head.endswith(b"\n"):
+            while True:
+                rest = f.readline(_SKIP_BYTES)
+                length += len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield head, length
+
+
 def line_context(path: str, line: int) -> tuple[int | None, list[str], list[str]]:
-    """(byte offset of `line`, up to 200 lines before it, up to 50 after), streaming the file once."""
+    """(byte offset of `line`, up to 200 lines before it, up to 50 after), streaming the file once
+    and holding at most CONTEXT_LINE_CHARS bytes of any one line."""
     before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
     after: list[str] = []
     offset = None
     position = 0
     try:
         with open_regular(path) as f:
-            for number, raw in enumerate(f, 1):
-                text = raw[:CONTEXT_LINE_CHARS].decode("utf-8", "replace")
+            for number, (head, length) in enumerate(_bounded_lines(f), 1):
+                text = head.decode("utf-8", "replace")
                 if number < line:
                     before.extend(text.replace("\r", "\n").splitlines() or [""])
                 elif number == line:
@@ -61,7 +86,7 @@ def line_context(path: str, line: int) -> tuple[int | None, list[str], list[str]
                     after.extend(text.replace("\r", "\n").splitlines() or [""])
                 else:
                     break
-                position += len(raw)
+                position += length
     except OSError:
         return None, [], []
     return offset, list(before), after

@@ -23,7 +23,7 @@ from gpufix import __version__
 from gpufix.errors import RuleError
 from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, Rule, RuleSet, pattern_key
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6  # 6: the cache keeps the notes of refused user rules
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")
@@ -121,20 +121,24 @@ def load_ruleset(
             with open(os.path.join(cache_dir, name + (".full" if full else ".lean")), "rb") as f:
                 cached = marshal.loads(f.read())  # 5x faster than marshal.load(f)
             if cached["key"] == key:
-                return _build(cached["entries"], cached["literals"])
+                return _build(cached["entries"], cached["literals"], cached["notes"])
         except (OSError, ValueError, EOFError, KeyError, TypeError):
             pass  # no cache yet, or a stale/corrupt one: validate afresh
-    entries, problems = validate_files(files)
+    entries, problems = _validate(files)
     problems += cross_check(entries, builtin_rules_dir())
     if problems:
         raise RuleError(problems, hint="run `gpufix rules check` on the folder to see every problem")
-    entries = _apply_overrides(entries)
+    refused = over_budget(entries)  # a user's pattern RE2 cannot run within bounds: that rule only
+    entries = _apply_overrides([e for i, e in enumerate(entries) if i not in refused])
+    notes = [refused[i] for i in sorted(refused)]
     literals = _literals(entries)
     if use_cache:
         lean = [{**e, "rule": _lean(e["rule"])} for e in entries]
-        _write_cache(os.path.join(cache_dir, name + ".lean"), {"key": key, "entries": lean, "literals": literals})
-        _write_cache(os.path.join(cache_dir, name + ".full"), {"key": key, "entries": entries, "literals": literals})
-    return _build(entries, literals)
+        _write_cache(os.path.join(cache_dir, name + ".lean"),
+                     {"key": key, "entries": lean, "literals": literals, "notes": notes})
+        _write_cache(os.path.join(cache_dir, name + ".full"),
+                     {"key": key, "entries": entries, "literals": literals, "notes": notes})
+    return _build(entries, literals, notes)
 
 
 # Keys a diagnosis never reads; the lean cache leaves them out.
@@ -165,7 +169,14 @@ def _literals(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def validate_files(files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Parse and validate files; returns entries {rule, source, line} and `path:line` problems."""
+    """Parse and validate files; returns entries {rule, source, line} and `path:line` problems,
+    among them the rules of users' files that `load_ruleset` refuses (`over_budget`)."""
+    entries, problems = _validate(files)
+    refused = over_budget(entries)
+    return entries, problems + [refused[i] for i in sorted(refused)]
+
+
+def _validate(files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     from gpufix.rules.schema import parse_file  # imports yaml: only when the cache misses
 
     entries: list[dict[str, Any]] = []
@@ -288,9 +299,63 @@ def _write_cache(cache_file: str, content: dict[str, Any]) -> None:
         pass  # a read-only home or full disk costs start-up time, nothing else
 
 
-def _build(entries: list[dict[str, Any]], literals: dict[str, Any]) -> RuleSet:
+def _build(entries: list[dict[str, Any]], literals: dict[str, Any], notes: list[str] | tuple[str, ...] = ()) -> RuleSet:
     rules = [Rule.from_dict(e["rule"], e["source"], e["line"]) for e in entries]
     for rule in rules:
         if rule.category not in CATEGORIES:  # a cache written by another schema
             raise KeyError(rule.category)
-    return RuleSet(rules, literals=literals)
+    return RuleSet(rules, notes=list(notes), literals=literals)
+
+
+def over_budget(entries: list[dict[str, Any]]) -> dict[int, str]:
+    """Rules of users' files (not the built-in pack, which the tests check) whose patterns RE2
+    cannot run within the bounds for user rules (gpufix.regex: each pattern's compiled size and
+    DFA, all the line patterns together as one set): entry index -> `path:line: why`.
+
+    Such a rule is refused, not the pack: `rules check` lists it as a problem, `load_ruleset`
+    leaves it out with a note.
+    """
+    from gpufix.regex import USER_SET_MAX_MEM, budget_error, set_budget_error
+
+    builtin = builtin_rules_dir()
+    refused: dict[int, str] = {}
+    lines: list[tuple[str, bool, int]] = []
+    for index, entry in enumerate(entries):
+        if is_within(entry["source"], builtin):
+            continue
+        for kind, pattern, ignore_case in _leaf_patterns(entry["rule"].get("match")):
+            why = budget_error(pattern, ignore_case)
+            if why:
+                refused[index] = f"{_where(entry)}: rule {entry['rule']['code']} refused: {kind} pattern {_shown(pattern)} {why}"
+                break
+            if kind == "line":
+                lines.append((pattern, ignore_case, index))
+    kept = [line for line in lines if line[2] not in refused]
+    first = set_budget_error([(pattern, ignore_case) for pattern, ignore_case, _i in kept])
+    for _pattern, _ignore_case, index in kept[first:] if first is not None else ():
+        entry = entries[index]
+        refused.setdefault(index, f"{_where(entry)}: rule {entry['rule']['code']} refused: the line patterns of "
+                                  f"users' rules up to this one need more than {USER_SET_MAX_MEM >> 20} MiB of RE2 "
+                                  "memory as one set")
+    return refused
+
+
+def _where(entry: dict[str, Any]) -> str:
+    return f"{entry['source']}:{entry.get('lines', {}).get('match', entry['line'])}"
+
+
+def _shown(pattern: str) -> str:
+    return repr(pattern if len(pattern) <= 60 else pattern[:57] + "...")
+
+
+def _leaf_patterns(group: Any) -> list[tuple[str, str, bool]]:
+    """(kind, pattern, ignore_case) of every line, exception and message matcher in a match group."""
+    out: list[tuple[str, str, bool]] = []
+    if isinstance(group, dict):
+        for kind in ("line", "exception", "message"):
+            if isinstance(group.get(kind), str):
+                out.append((kind, group[kind], bool(group.get("ignore_case"))))
+        for key in ("all", "any", "none"):
+            for item in group.get(key) or ():
+                out += _leaf_patterns(item)
+    return out

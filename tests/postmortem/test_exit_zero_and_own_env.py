@@ -110,7 +110,7 @@ def test_the_index_records_the_root_cause_and_upgrades_an_old_index(tmp_path: Pa
     assert not (tmp_path / ".gpufix-index.sqlite.corrupt").exists()
     assert not any("unreadable" in n for n in pm.notes), pm.notes
     with sqlite3.connect(index) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "2"
+        assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "3"
         rows = db.execute("SELECT id, status, root_cause FROM runs ORDER BY started").fetchall()
     # a 'succeeded' verdict of schema 1 may hide findings: dropped; failures kept; this run recorded
     assert rows == [("b", "failed", "NUM001"), (NAN_RUN, "succeeded_with_findings", "NUM001")]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufix.evidence import Evidence
+from gpufix.evidence import Evidence, ExceptionRecord, LineRef
 from gpufix.postmortem import postmortem, since_when
 from gpufix.postmortem.index import evidence_from_blob, evidence_to_blob
 from gpufix.postmortem.scan import scan_file
@@ -156,6 +156,18 @@ def test_evidence_round_trip(ruleset: RuleSet) -> None:
     copy = evidence_from_blob(evidence_to_blob(original), path)
     assert copy.hits == original.hits and copy.exceptions == original.exceptions
     assert (copy.lines_read, copy.bytes_read, copy.hit_counts) == (original.lines_read, original.bytes_read, original.hit_counts)
+
+
+def test_evidence_of_a_big_file_round_trips_encoded_item_by_item(ruleset: RuleSet) -> None:
+    path = str(PM_FIXTURES / "device_assert/train_8gpu.log")
+    original = scan_file(path, ruleset)
+    original.bytes_read = 64 << 20  # as if the file were big: encoded piece by piece
+    original.exceptions.append(ExceptionRecord("RuntimeError", "x" * (1 << 20), LineRef(path, 9, "RuntimeError: x"), 0))
+    assert original.hits and original.exceptions
+    copy = evidence_from_blob(evidence_to_blob(original), path)
+    assert copy.hits == original.hits and copy.exceptions == original.exceptions
+    assert (copy.lines_read, copy.bytes_read, copy.hit_counts, copy.exception_count, copy.notes) == (
+        original.lines_read, original.bytes_read, original.hit_counts, original.exception_count, original.notes)
 
 
 def test_parallel_scan_gives_the_same_report(tree: Path, ruleset: RuleSet) -> None:
