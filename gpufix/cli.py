@@ -28,6 +28,7 @@ _COMMANDS = {
     "attach": ("gpufix.cli_attach", "attach_cmd", "Watch an already running job: telemetry, log, hangs; detach with Ctrl-C."),
     "status": ("gpufix.cli_status", "status_cmd", "A run at a glance: step rate, data wait, GPU use as sparklines, findings."),
     "stacks": ("gpufix.cli_stacks", "stacks_cmd", "Dump and diagnose the stacks of a running job (record or pid)."),
+    "confirm": ("gpufix.cli_confirm", "confirm_cmd", "Re-run targeted experiments that confirm or refute a record's findings."),
 }
 
 

@@ -17,6 +17,7 @@ from gpufix.runner import (
     ON_HANG_CHOICES,
     OPT_HANG_TIMEOUT,
     OPT_INTERVAL,
+    OPT_CONFIRM,
     OPT_MEMORY_HISTORY,
     OPT_NAME,
     OPT_NO_PROBE,
@@ -57,9 +58,11 @@ class _RunCommand(click.Command):
               show_default=True, help=HELP["on_hang"])
 @click.option(OPT_NO_PROBE, FLAG_OPTIONS[OPT_NO_PROBE], is_flag=True, help=HELP["no_probe"])
 @click.option(OPT_MEMORY_HISTORY, FLAG_OPTIONS[OPT_MEMORY_HISTORY], is_flag=True, help=HELP["memory_history"])
+@click.option(OPT_CONFIRM, FLAG_OPTIONS[OPT_CONFIRM], is_flag=True, help=HELP["confirm"])
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="[--] COMMAND [ARGS]...")
 def run_cmd(record_dir: str | None, name: str | None, no_record: bool, verbose: bool, interval: float,
-            hang_timeout: float, on_hang: str, no_probe: bool, memory_history: bool, command: tuple[str, ...]) -> None:
+            hang_timeout: float, on_hang: str, no_probe: bool, memory_history: bool, confirm: bool,
+            command: tuple[str, ...]) -> None:
     """Run a training command transparently, record it, and diagnose it if it fails.
 
     \b
@@ -74,4 +77,4 @@ def run_cmd(record_dir: str | None, name: str | None, no_record: bool, verbose: 
     after_dashdash = bool(click.get_current_context().meta.get("gpufix.run.dashdash"))
     runner.run_command(list(command), after_dashdash, record_dir=record_dir, name=name,
                        no_record=no_record, verbose=verbose, interval=interval, hang_timeout=hang_timeout,
-                       on_hang=on_hang, no_probe=no_probe, memory_history=memory_history)
+                       on_hang=on_hang, no_probe=no_probe, memory_history=memory_history, confirm=confirm)

@@ -63,10 +63,19 @@ def run_explain(inputs: list[str], fmt: str, brief: bool, rule_dirs: list[str]) 
     except GpufixError as exc:
         fail(exc)
     findings, sources, notes = diagnosis.findings, diagnosis.evidence.sources, diagnosis.notes
+    record = inputs[0] if len(inputs) == 1 and os.path.isfile(os.path.join(inputs[0], "meta.json")) else None
+    confirmed = None
+    if record:  # a run record: what `gpufix confirm` found, beside the findings
+        from gpufix.experiments.results import read_results
+
+        confirmed = read_results(record)
     if fmt == "json":
         import json
 
-        sys.stdout.write(json.dumps(diagnosis.to_dict(), indent=2) + "\n")
+        out = diagnosis.to_dict()
+        if confirmed is not None:
+            out["confirm"] = confirmed
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
     elif fmt == "markdown":
         from gpufix.report import markdown
 
@@ -75,7 +84,13 @@ def run_explain(inputs: list[str], fmt: str, brief: bool, rule_dirs: list[str]) 
         from gpufix.report import text
 
         color = use_color()
-        emit(text.render(findings, sources, notes, color=color, verbose=not brief), color)
+        verdicts = None
+        if confirmed is not None:
+            from gpufix.experiments.results import verdicts_by_finding
+
+            verdicts = verdicts_by_finding(confirmed)
+        emit(text.render(findings, sources, notes, color=color, verbose=not brief, record=record, verdicts=verdicts),
+             color)
     sys.stdout.flush()
     sys.exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
 

@@ -47,8 +47,9 @@ VALUE_OPTIONS = {OPT_RECORD_DIR: "record_dir", OPT_NAME: "name",            # `-
                  OPT_INTERVAL: "interval", OPT_HANG_TIMEOUT: "hang_timeout", OPT_ON_HANG: "on_hang"}
 OPT_NO_PROBE = "--no-probe"
 OPT_MEMORY_HISTORY = "--memory-history"
+OPT_CONFIRM = "--confirm"
 FLAG_OPTIONS = {OPT_NO_RECORD: "no_record", OPT_VERBOSE: "verbose", OPT_VERBOSE_SHORT: "verbose",
-                OPT_NO_PROBE: "no_probe", OPT_MEMORY_HISTORY: "memory_history"}
+                OPT_NO_PROBE: "no_probe", OPT_MEMORY_HISTORY: "memory_history", OPT_CONFIRM: "confirm"}
 ON_HANG_CHOICES = ("wait", "kill")
 HELP = {
     "record_dir": "Folder for run records (also GPUFIX_RECORD_DIR; default ./gpufix-runs).",
@@ -60,9 +61,11 @@ HELP = {
     "on_hang": "After a hang is diagnosed: keep waiting, or end the job.",
     "no_probe": "Do not load gpufix's probe into the job's Python (it adds PYTHONPATH and GPUFIX_PROBE_DIR).",
     "memory_history": "Record CUDA allocation history in the probe, dumped as a snapshot on an OOM.",
+    "confirm": "After a failed or wasteful run, run the experiments its findings call for (gpufix confirm --yes).",
 }
 DEFAULTS = {"record_dir": None, "name": None, "no_record": False, "verbose": False,
-            "interval": 1.0, "hang_timeout": 600.0, "on_hang": "wait", "no_probe": False, "memory_history": False}
+            "interval": 1.0, "hang_timeout": 600.0, "on_hang": "wait", "no_probe": False, "memory_history": False,
+            "confirm": False}
 
 
 def convert_option(key: str, value: str) -> object:
@@ -116,7 +119,7 @@ def dashdash_first(args: list[str]) -> bool:
 def run_command(command: list[str] | tuple[str, ...], after_dashdash: bool, record_dir: str | None = None,
                 name: str | None = None, no_record: bool = False, verbose: bool = False,
                 interval: float = 1.0, hang_timeout: float = 600.0, on_hang: str = "wait",
-                no_probe: bool = False, memory_history: bool = False,
+                no_probe: bool = False, memory_history: bool = False, confirm: bool = False,
                 sampler: Sampler | None = None) -> NoReturn:
     """`gpufix run`, parsed: run the job and leave with its exit status (or die of its SIGINT).
 
@@ -127,7 +130,19 @@ def run_command(command: list[str] | tuple[str, ...], after_dashdash: bool, reco
     parent = record_parent(record_dir, os.environ)  # type: ignore[arg-type]
     result = run_job(argv, parent, name, no_record, verbose, sampler=sampler,
                      monitor=(interval, hang_timeout, on_hang), probe=None if no_probe else memory_history)
+    if confirm and result.diagnosed_record and result.signal != signal.SIGINT:
+        _confirm(result.diagnosed_record)
     _exit(result.exit_status, result.signal)
+
+
+def _confirm(record_dir: str) -> None:
+    """`gpufix confirm --yes RECORD`, its report on stderr (stdout is the job's); the job's status stands."""
+    import subprocess
+
+    try:
+        subprocess.run([sys.executable, "-m", "gpufix", "confirm", "--yes", record_dir], stdout=2, stdin=subprocess.DEVNULL)
+    except (OSError, KeyboardInterrupt) as exc:
+        warn(f"gpufix confirm did not run: {exc}")
 
 
 def _terminal_kinds() -> dict[str, str]:
@@ -239,12 +254,13 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
     how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None, interrupted_by)
     has_meta = os.path.isfile(os.path.join(record.path, "meta.json"))
     try:
-        if record.output.dropped_bytes and kept is not None and kept.size:
+        lost = record.output.dropped_bytes or record.output.failed or record.output.incomplete
+        if lost and kept is not None and kept.size:
             from gpufix.explain import explain_record_output
 
             diagnosis = explain_record_output(
                 record.path, kept.data(), load_ruleset(),
-                f"the run record lost {record.output.dropped_bytes} bytes of output; diagnosed from the output "
+                f"the run record lost {record.output.dropped_bytes or 'some'} bytes of output; diagnosed from the output "
                 f"gpufix kept in memory ({kept.describe()})")
         else:
             diagnosis = explain([record.path if has_meta else record.output_log], load_ruleset())
@@ -262,7 +278,8 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
     if only_warnings and not any(f.severity in _SHOWN_ON_SUCCESS for f in diagnosis.findings):
         return diagnosis.to_dict(), ""
     color = sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-    text = render_compact(diagnosis.findings, diagnosis.evidence.sources, diagnosis.notes, how, color=color)
+    text = render_compact(diagnosis.findings, diagnosis.evidence.sources, diagnosis.notes, how, color=color,
+                          record=None if record.ephemeral else record.path)
     if color:
         import io
 
@@ -460,6 +477,8 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
     lines = text
     if text and result.stderr_needs_newline:
         lines = "\n" + text
+    if fields.get("findings") and not record.ephemeral:
+        result.diagnosed_record = record.path
     if record.ephemeral:
         record.discard()
     elif failed or verbose or text:

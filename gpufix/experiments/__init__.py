@@ -1,26 +1,44 @@
 """Confirming experiments: built-in, named, bounded in time. Rules refer to them by name only.
 
-This registry is the single list of names a rule may reference (`gpufix rules check` enforces
-it). Each entry says what the experiment does so `gpufix rules show` can tell the user.
+Each experiment is an object in one of the modules below (a subclass of base.Experiment): a name,
+a description, a time budget, parameters, `plan` and `run` (base.py says what they promise).
+The registry is built from those modules, so a new experiment is one class added to a module's
+`EXPERIMENTS` list; `gpufix rules check` accepts exactly these names, `gpufix confirm` runs them.
+
+    base.py        verdicts, Plan/Skip/Result, the Context an experiment runs in
+    trial.py       one re-run of the user's command through `gpufix run`, with probe knobs
+    memory.py      batch-size-search, mixed-precision-rerun, memory-snapshot
+    loader.py      loader-benchmark, loader-sweep
+    kernel.py      cpu-rerun, cuda-launch-blocking-rerun, anomaly-detection-rerun
+    stack.py       cuda-smoke-test, placement-check, gpu-health-check, driver-check
+    collective.py  allreduce-check, nccl-debug-rerun, single-gpu-rerun
+    checkpoint.py  state-dict-key-diff
+    confirm.py     plan the experiments a record's findings call for, run them, write the results
 """
 
 from __future__ import annotations
 
-EXPERIMENTS: dict[str, str] = {
-    "batch-size-search": "re-run a few steps while halving/doubling the batch size to find the largest that fits",
-    "memory-snapshot": "re-run with CUDA memory history recording and dump a snapshot at the OOM",
-    "mixed-precision-rerun": "re-run a few steps under autocast (bf16/fp16) and compare peak memory",
-    "cuda-launch-blocking-rerun": "re-run with CUDA_LAUNCH_BLOCKING=1 so the faulting kernel is reported where it is launched",
-    "cpu-rerun": "re-run the failing step on the CPU, where index errors raise readable exceptions",
-    "cuda-smoke-test": "allocate, run a matmul and one forward/backward on each visible GPU",
-    "placement-check": "report the device of the model's parameters and of each batch for the first steps",
-    "driver-check": "compare the driver's supported CUDA version with the build's, and the GPU arch with the build's",
-    "loader-benchmark": "time the data loader alone against the model step alone",
-    "loader-sweep": "re-run the loader with more workers, pin_memory and prefetch to measure the gain",
-    "allreduce-check": "run a small all-reduce across the same ranks to test the collective path",
-    "nccl-debug-rerun": "re-run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS) to see which transport fails",
-    "single-gpu-rerun": "run the job on one GPU to separate model bugs from communication failures",
-    "anomaly-detection-rerun": "re-run with torch.autograd.detect_anomaly() to find the op that first produces NaN",
-    "state-dict-key-diff": "load the checkpoint and compare its keys with the model's, naming the common prefix",
-    "gpu-health-check": "read ECC, retired pages, Xid history and PCIe link state of each GPU",
-}
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpufix.experiments.base import Experiment
+
+_MODULES = ("memory", "loader", "kernel", "stack", "collective", "checkpoint")
+_registry: dict[str, Experiment] = {}
+
+
+def registry() -> dict[str, Experiment]:
+    """Every built-in experiment by name, in module order."""
+    if not _registry:
+        for module in _MODULES:
+            for experiment in importlib.import_module(f"gpufix.experiments.{module}").EXPERIMENTS:
+                _registry[experiment.name] = experiment
+    return _registry
+
+
+def __getattr__(name: str) -> dict[str, str]:
+    # EXPERIMENTS (name -> description), for rule validation and `gpufix rules show`, built on first use
+    if name == "EXPERIMENTS":
+        return {key: experiment.description for key, experiment in registry().items()}
+    raise AttributeError(name)

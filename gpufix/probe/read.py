@@ -1,5 +1,6 @@
 """Read a probe folder (`<record>/probe`): the `probe.*` series of gpufix.series.SERIES, the
-exceptions the job raised, and the facts (versions, placement, loader settings, CUDA use).
+exceptions the job raised, the facts (versions, placement, loader settings, CUDA use), and what
+an experiment's knobs did.
 
 Files (docs/probe.md): `probe-<pid>.jsonl` per probed process, `worker-<pid>.jsonl` per DataLoader
 worker that caught an exception, plus `oom-<pid>.pickle`, `faults-<pid>.log`, `stacks-<pid>.txt`.
@@ -223,6 +224,111 @@ def read_probe_facts(probe_dir: str | Path) -> dict[str, Any]:
     facts["probe_errors"] = [e for p in processes for e in p["probe_errors"]]
     facts["exceptions"] = len(read_probe_exceptions(folder))
     return facts
+
+
+def read_probe_knobs(probe_dir: str | Path) -> dict[str, Any]:
+    """What an experiment's knobs (GPUFIX_EXPERIMENT, docs/probe.md) did, over every probed process.
+
+    `applied` and `not_applied` mirror the request: `{"stop_after_steps": 5, "dataloader":
+    {"batch_size": 16}, "autocast": "bf16", ...}` with the values in force, and the same keys with
+    the reason each was not applied. A DataLoader setting applied to one loader and not to
+    another is in both. `stopped` is the first stop record (`reason`: "steps" or "seconds",
+    `step`, `elapsed_s`), None when the job was not stopped by the probe; `redirected` the
+    distinct writes sent to the redirect folder (`from`, `to`, `writer`). Also: `requested` (the
+    first process's request), `loaders` (per loader: `loader`, `applied`, `not_applied`),
+    `autocast` (the decision per device) and `skipped` (writers not run).
+    """
+    applied: dict[str, Any] = {}
+    not_applied: dict[str, Any] = {}
+    out: dict[str, Any] = {"applied": applied, "not_applied": not_applied, "stopped": None, "redirected": [],
+                           "requested": None, "loaders": [], "autocast": [], "skipped": []}
+    seen: set[tuple[Any, ...]] = set()
+    for path in probe_files(probe_dir):
+        if not path.name.startswith("probe-"):
+            continue
+        for _number, record in iter_records(path):
+            kind = record["kind"]
+            if kind == "stopped":
+                if out["stopped"] is None:
+                    out["stopped"] = _without(record, "kind", "t")
+                continue
+            if kind != "knobs":
+                continue
+            if "loader" in record:
+                _merge_loader_knobs(out, record)
+            elif isinstance(record.get("autocast"), dict):
+                decision = record["autocast"]
+                out["autocast"].append(decision)
+                short = {"bfloat16": "bf16", "float16": "fp16"}.get(str(decision.get("dtype")), decision.get("dtype"))
+                if decision.get("applied"):
+                    applied["autocast"] = short
+                else:
+                    not_applied.setdefault("autocast", decision.get("reason") or "not applied")
+            elif isinstance(record.get("redirected"), dict):
+                entry = record["redirected"]
+                key = ("redirected", entry.get("from"), entry.get("to"))
+                if key not in seen:
+                    seen.add(key)
+                    out["redirected"].append(entry)
+            elif isinstance(record.get("skipped"), dict):
+                key = ("skipped", record["skipped"].get("writer"))
+                if key not in seen:
+                    seen.add(key)
+                    out["skipped"].append(record["skipped"])
+            else:  # the first record of a process: the request and the knobs in force from the start
+                if out["requested"] is None:
+                    out["requested"] = record.get("requested")
+                for key, value in (record.get("applied") or {}).items():
+                    applied[key] = value
+                for key, value in (record.get("not_applied") or {}).items():
+                    if isinstance(value, dict):
+                        for name, reason in value.items():
+                            _section(not_applied, key).setdefault(name, reason)
+                    else:
+                        not_applied.setdefault(key, value)
+    return out
+
+
+def read_state_dict_loads(probe_dir: str | Path) -> list[dict[str, Any]]:
+    """The `Module.load_state_dict` calls the knobs `state_dict_keys` / `state_dict_rename` saw, in
+    order, over every probed process: `module` (class name), and with `state_dict_keys`
+    `model_count`, `checkpoint_count`, `missing` and `unexpected` (the keys, in their order; at
+    most 5000 each, `truncated` past that); with `state_dict_rename`, `renamed` (keys renamed)."""
+    out: list[dict[str, Any]] = []
+    for path in probe_files(probe_dir):
+        if not path.name.startswith("probe-"):
+            continue
+        for _number, record in iter_records(path):
+            if record["kind"] == "state_dict_load":
+                load = _without(record, "kind", "t")
+                load.setdefault("missing", [])
+                load.setdefault("unexpected", [])
+                out.append(load)
+    return out
+
+
+def _merge_loader_knobs(out: dict[str, Any], record: dict[str, Any]) -> None:
+    """One loader's knobs record: its DataLoader settings under `dataloader`; `cache_batches`
+    (a loader whose batches are still loaded) at the top, as it was asked."""
+    loader_applied = record.get("applied") if isinstance(record.get("applied"), dict) else {}
+    loader_not = record.get("not_applied") if isinstance(record.get("not_applied"), dict) else {}
+    out["loaders"].append({"loader": record.get("loader"), "applied": loader_applied, "not_applied": loader_not})
+    for key, value in loader_applied.items():
+        _section(out["applied"], "dataloader")[key] = value
+    for key, reason in loader_not.items():
+        if key == "cache_batches":
+            out["not_applied"].setdefault(key, reason)
+        else:
+            _section(out["not_applied"], "dataloader").setdefault(key, reason)
+
+
+def _section(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    """mapping[key] as a dict (a reason given for the whole section stays, under "")."""
+    value = mapping.get(key)
+    if not isinstance(value, dict):
+        value = {} if value is None else {"": value}
+        mapping[key] = value
+    return value
 
 
 def _process_facts(path: Path) -> dict[str, Any]:

@@ -64,6 +64,7 @@ class OutputRecorder:
         self.bytes_written = 0     # bytes in output.log (writer thread)
         self.dropped_bytes = 0     # bytes the relay passed on but the record lost (a stalled or full disk)
         self.failed = False        # a write failed: recording stopped
+        self.incomplete = False    # closed before the writer thread was done: output.log may lack the end
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
@@ -275,6 +276,7 @@ class OutputRecorder:
                 with self._lock:  # still queued (or being written): count it as lost
                     self.dropped_bytes += self._queued_bytes
                     self.enabled = False
+                    self.incomplete = True  # output.log may lack what was being written: don't diagnose from it
                 return  # the thread still uses the files; the process exits soon
         # No final fsync: the page cache already holds everything and a sync here would add
         # milliseconds to every run's tear-down; the periodic sync bounds a machine crash's loss.

@@ -8,7 +8,7 @@ terminal report's finding renderer so both always agree on wording.
 from __future__ import annotations
 
 from gpufix.findings import Finding
-from gpufix.report.text import _Style, render_finding
+from gpufix.report.text import _Style, confirm_hint, render_finding
 
 MAX_FIXES = 5
 
@@ -24,8 +24,8 @@ def outcome(exit_status: int, signal_name: str | None, interrupted_by: str | Non
 
 
 def render_compact(findings: list[Finding], sources: list[str], notes: list[str], how_it_ended: str,
-                   color: bool = False) -> str:
-    """The diagnosis block; markup only when `color`."""
+                   color: bool = False, record: str | None = None) -> str:
+    """The diagnosis block; markup only when `color`; with the run's `record`, how to confirm the root cause."""
     s = _Style(color)
     interrupted = how_it_ended.startswith("interrupted")
     if how_it_ended == "exit status 0":
@@ -49,6 +49,8 @@ def render_compact(findings: list[Finding], sources: list[str], notes: list[str]
             out.append(f"    {i}. " + s.plain(fix.title) + s(f"  [{fix.kind}]", "dim"))
             for line in (fix.snippet or "").splitlines()[:3]:
                 out.append("       " + s(line, "green"))
+    if root.experiments and record:
+        out.append("  " + s(confirm_hint(root, record), "dim"))
     for finding in others:
         label = f"Consequence of {finding.consequence_of}" if finding.consequence_of else "Also found"
         out.append(s(f"{label}: {finding.title} ({finding.code} {finding.name})", "dim"))

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from gpufix.findings import Finding
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warning": "yellow", "info": "cyan"}
 
 
@@ -51,7 +55,8 @@ def _evidence_line(s: _Style, ref_source: str, line: int, rank: int | None, text
     return "    " + s(f"{where}{rank_text}", "dim") + s.plain(f"  {text}")
 
 
-def render_finding(finding: Finding, s: _Style, number: int, only_source: str | None, verbose: bool = True) -> list[str]:
+def render_finding(finding: Finding, s: _Style, number: int, only_source: str | None, verbose: bool = True,
+                   record: str | None = None, verdicts: list[dict[str, Any]] | None = None) -> list[str]:
     """A finding's lines; evidence from `only_source` (the one input, if there is one) shows as `line N`."""
     lines = []
     label = "Root cause" if number == 1 and finding.consequence_of is None else (
@@ -89,17 +94,32 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
                 for snippet_line in fix.snippet.splitlines():
                     lines.append("       " + s(snippet_line, "green"))
     if verbose and finding.experiments:
-        names = ", ".join(e["name"] for e in finding.experiments)
-        lines.append("  " + s(f"Confirm with: {names}", "dim"))
+        lines.append("  " + s(confirm_hint(finding, record), "dim"))
+    for row in verdicts or []:
+        fix = row.get("recommendation") or {}
+        verified = {True: ", verified", False: ", did not hold when verified"}.get(row.get("verified"), "")
+        lines.append("  " + s(f"{str(row.get('verdict', '?')).capitalize()} by {row.get('name')}: ", "bold")
+                     + s.plain(str(row.get("reason", ""))))
+        if fix.get("title"):
+            lines.append("    " + s.plain(f"fix{verified}: {fix['title']}"))
     return lines
+
+
+def confirm_hint(finding: Finding, record: str | None) -> str:
+    """How to test a finding: the `gpufix confirm` command when the record is known, else the experiments' names."""
+    names = ", ".join(e["name"] for e in finding.experiments)
+    return f"Confirm: gpufix confirm {record}  ({names})" if record else f"Confirm with: {names}"
 
 
 # An info-level root (an interruption) is not an error of the program's.
 _NOT_GPU_HEADLINE = {False: "this is an ordinary program error", True: "nothing failed on its own"}
 
 
-def render(findings: list[Finding], sources: list[str], notes: list[str], color: bool = False, verbose: bool = True) -> str:
-    """The whole terminal report; markup only when `color`."""
+def render(findings: list[Finding], sources: list[str], notes: list[str], color: bool = False, verbose: bool = True,
+           record: str | None = None, verdicts: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """The whole terminal report; markup only when `color`. For a run record, `record` (its path) makes
+    the experiments line a `gpufix confirm` command and `verdicts` (finding code -> stored results of
+    `gpufix confirm`) are shown under their findings."""
     s = _Style(color)
     out: list[str] = []
     only = sources[0] if len(sources) == 1 else None
@@ -114,7 +134,8 @@ def render(findings: list[Finding], sources: list[str], notes: list[str], color:
         for number, finding in enumerate(findings, 1):
             if number > 1:
                 out.append("")
-            out.extend(render_finding(finding, s, number, only, verbose=verbose or number == 1))
+            out.extend(render_finding(finding, s, number, only, verbose=verbose or number == 1, record=record,
+                                      verdicts=(verdicts or {}).get(finding.code)))
     for note in notes:
         out.append(s(f"note: {note}", "dim"))
     return "\n".join(out) + "\n"

@@ -43,7 +43,8 @@ class JobResult:
     """
 
     __slots__ = ("exit_status", "returncode", "signal", "pid", "started_unix", "duration_s", "spawn_error",
-                 "forwarded_signals", "output_bytes", "stderr_needs_newline", "output_blocked_s", "output_lost")
+                 "forwarded_signals", "output_bytes", "stderr_needs_newline", "output_blocked_s", "output_lost",
+                 "diagnosed_record")
 
     def __init__(self, exit_status: int, returncode: int | None, signal: int | None, pid: int | None,
                  started_unix: float, duration_s: float, spawn_error: str | None = None,
@@ -62,6 +63,7 @@ class JobResult:
         self.stderr_needs_newline = stderr_needs_newline  # the job's last byte on our stderr was not \n
         self.output_blocked_s = output_blocked_s or {}  # second of the run -> seconds the relay waited to write
         self.output_lost = output_lost or {}  # stream -> [bytes gpufix could not write to its own stdout/stderr, why]
+        self.diagnosed_record: str | None = None  # set by gpufix run: the kept record whose diagnosis found something
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)

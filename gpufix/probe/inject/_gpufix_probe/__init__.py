@@ -14,6 +14,9 @@ in the probe file and the probe turns itself off; the job never sees it.
     errors.py    uncaught exceptions (main, threads, DataLoader workers) as structured data
     cudamem.py   CUDA memory per step, OOM snapshots, memory history
     faults.py    faulthandler into the probe folder, stack dumps on request (a trigger file)
+    knobs.py     an experiment's settings (GPUFIX_EXPERIMENT): stop after N steps, DataLoader
+                 overrides, cached batches, autocast, anomaly detection, redirected writes
+    writes.py    the redirected writes: torch.save and the libraries' checkpoint writers
 """
 
 import os

@@ -10,6 +10,7 @@ import time
 from _gpufix_probe import amp, cudamem, errors, faults, finite, output, steps
 
 PROBE = None
+ENV_EXPERIMENT = "GPUFIX_EXPERIMENT"  # an experiment's knobs, a JSON object (knobs.py)
 
 ENV_RECORDED = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "RANK", "LOCAL_RANK",
                 "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
@@ -41,6 +42,7 @@ class Probe(object):
         self.fault_file = None
         self.faulthandler_by_job = False
         self.stack_poller = None
+        self.knobs = None  # an experiment's knobs (knobs.py), only when GPUFIX_EXPERIMENT is set
         self.cuda_allocated_seen = False
         self.rank = _int_env("RANK", "SLURM_PROCID")
         self.world_size = _int_env("WORLD_SIZE", "SLURM_NTASKS")
@@ -126,6 +128,8 @@ class Probe(object):
         tracker = self.steps
         if tracker is not None:
             tracker.flush_window()
+        if self.knobs is not None:
+            self.knobs.flush_pending()
         if self.finite is not None:
             self.finite.at_exit()
         torch = self.torch
@@ -185,6 +189,8 @@ class Probe(object):
             self.steps.__init__(self)
         if self.finite is not None:
             self.finite.__init__(self)
+        if self.knobs is not None:
+            self.knobs.after_fork_in_child()
 
 
 def install(torch, directory, import_s=None):
@@ -196,6 +202,11 @@ def install(torch, directory, import_s=None):
     PROBE = probe
     probe.guard("faulthandler", faults.install, probe)
     probe.guard("exceptions", errors.install, probe)
+    experiment = os.environ.get(ENV_EXPERIMENT, "")
+    if experiment.strip():  # before steps: cached batches sit under the step tracker's timing
+        from _gpufix_probe import knobs
+
+        probe.guard("knobs", knobs.install, probe, experiment)
     probe.guard("steps", steps.install, probe)
     probe.guard("GradScaler", amp.install, probe)
     probe.guard("autocast", amp.install_autocast, probe)

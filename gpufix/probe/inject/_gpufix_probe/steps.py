@@ -53,6 +53,7 @@ class StepTracker(object):
         self.step_iterator = None
         self.loaders = weakref.WeakKeyDictionary()  # DataLoader -> id
         self.loader_count = 0
+        self.recorded_loaders = set()  # loader ids whose `loader` record is written
         self.described = {}  # loader id -> batches described
         self.num_workers = {}  # loader id -> num_workers
         self.hook_calls = 0  # optimizer post-hook calls (any optimizer): GradScaler.step sees a skip by it
@@ -77,7 +78,9 @@ class StepTracker(object):
 
     # -- DataLoader ---------------------------------------------------------------------------
 
-    def on_new_iterator(self, iterator, loader):
+    def loader_id(self, loader):
+        """The loader's id, given at its first iterator (or, with experiment knobs, when it is
+        built): a loader that is not weak-referenceable gets a new one each time."""
         try:
             loader_id = self.loaders.get(loader)
         except TypeError:  # not weak-referenceable
@@ -89,6 +92,12 @@ class StepTracker(object):
                 self.loaders[loader] = loader_id
             except TypeError:
                 pass
+        return loader_id
+
+    def on_new_iterator(self, iterator, loader):
+        loader_id = self.loader_id(loader)
+        if loader_id not in self.recorded_loaders:
+            self.recorded_loaders.add(loader_id)
             self.probe.out.write(self._loader_record(loader_id, iterator, loader))
         iterator.__dict__["_gpufix_loader"] = loader_id
 
@@ -201,6 +210,9 @@ class StepTracker(object):
                 if scale is not None:
                     record["amp_scale"] = scale
             self._finish(record)
+            knobs = getattr(self.probe, "knobs", None)
+            if knobs is not None:
+                knobs.after_step(self.step)
             return
         if self.win_start is None:
             self.win_start = now
@@ -221,6 +233,9 @@ class StepTracker(object):
                 self.win_wait += wait
         if now - self.win_start >= AGGREGATE_S:
             self.flush_window()
+        knobs = getattr(self.probe, "knobs", None)
+        if knobs is not None:  # an experiment's knobs (knobs.py): stop after N steps or S seconds
+            knobs.after_step(self.step)
 
     def flush_window(self):
         if not self.win_n:

@@ -1,0 +1,40 @@
+"""Reading back what `gpufix confirm` stored in a record: `<record>/experiments/results.json`.
+
+Kept apart from confirm.py (standard library only) so that `gpufix explain RECORD` can show the
+verdicts beside the findings without loading the experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+RESULTS = "results.json"
+
+
+def results_path(record_dir: str) -> str:
+    return os.path.join(record_dir, "experiments", RESULTS)
+
+
+def json_object(path: str | os.PathLike) -> dict:  # type: ignore[type-arg]
+    """A JSON file's object, or {} when it is missing, unreadable or not an object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_results(record_dir: str) -> dict | None:  # type: ignore[type-arg]
+    """The last `gpufix confirm` report stored in a record (its JSON), or None."""
+    return json_object(results_path(record_dir)) or None
+
+
+def verdicts_by_finding(data: dict | None) -> dict[str, list[dict]]:  # type: ignore[type-arg]
+    """Finding code -> the experiment results for it, in run order."""
+    out: dict[str, list[dict]] = {}  # type: ignore[type-arg]
+    for row in (data or {}).get("experiments") or []:
+        if isinstance(row, dict) and isinstance(row.get("for"), str):
+            out.setdefault(row["for"], []).append(row)
+    return out

@@ -1,0 +1,28 @@
+"""A job starved by its loader: each sample takes 3 ms to 'read' and num_workers=0 (in-memory, so CPU cost is nil)."""
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class SlowDataset(Dataset):
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.003)
+        return torch.randn(16), i % 4
+
+
+if __name__ == "__main__":
+    loader = DataLoader(SlowDataset(), batch_size=8, num_workers=0)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step == 200:
+            break
+    print("done")

@@ -1,0 +1,198 @@
+"""`gpufix confirm` on real CPU training jobs: each experiment re-runs the job for real (issue 12).
+
+A job fails (or wastes time) under `gpufix run`; `gpufix confirm --yes --format json RECORD` then
+runs the experiments its findings call for. Verdicts are checked against what the job really does:
+the exact memory limit of a simulated OOM, a loader that starves the step, a step that dominates, an
+out-of-range label that the CPU names, the op behind a NaN, a checkpoint saved from DataParallel,
+the collective path with gloo. The job's folder must be byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.run.helpers import PY, env, records
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+def snapshot(folder: Path, skip: str) -> dict[str, str]:
+    """sha256 of every file under `folder` except the records folder `skip`."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.relative_to(folder).parts[0] == skip}
+
+
+def failed_run(tmp_path: Path, job: str, *args: str, expect: int | None = None) -> Path:
+    """Copy the job into a fresh folder, run it under gpufix there, and return its record."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    shutil.copy(JOBS / job, work / job)
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", job, *args], cwd=work,
+                          capture_output=True, env=env())
+    if expect is not None:
+        assert done.returncode == expect, done.stderr.decode()[-2000:]
+    (record,) = records(work / "runs")
+    return record
+
+
+def confirm(record: Path, *args: str, timeout: float = 600) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", "--quiet", "--format", "json", *args, str(record)],
+                          capture_output=True, env=env(), timeout=timeout)
+    assert done.stderr == b"" or b"Traceback" not in done.stderr, done.stderr.decode()
+    return done.returncode, json.loads(done.stdout)
+
+
+def only(data: dict[str, Any], name: str) -> dict[str, Any]:
+    (row,) = [r for r in data["experiments"] if r["name"] == name]
+    return row
+
+
+def test_batch_size_search_finds_the_exact_limit_verifies_it_and_leaves_the_files_alone(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "oom_batch.py", expect=1)
+    work = record.parent.parent
+    before = snapshot(work, "runs")
+    rc, data = confirm(record, "--only", "batch-size-search")
+    row = only(data, "batch-size-search")
+    assert rc == 0 and row["verdict"] == "confirmed", row
+    m = row["measurements"]
+    assert m["failing_batch_size"] == 64 and m["largest_batch_size"] == 37 and m["exact"] is True
+    outcomes = {t["batch_size"]: t["outcome"] for t in m["trials"]}
+    assert outcomes[64] == "out of memory" and outcomes[37] == "ok" and outcomes[38] == "out of memory"
+    assert all((size <= 37) == (outcome == "ok") for size, outcome in outcomes.items())  # never a size that fails
+    assert all(t["peak_memory_mib"] for t in m["trials"] if t["outcome"] == "ok")  # measured per trial
+    assert row["recommendation"]["change"] == {"batch_size": 37, "gradient_accumulation_steps": 2}
+    assert row["verified"] is True
+    # the trials' checkpoints went to scratch folders: the user's folder is as it was
+    assert snapshot(work, "runs") == before
+    assert not (work / "ckpt" / "model.pt").exists()  # (the script's own makedirs("ckpt") did run: an empty folder)
+    assert list((record / "experiments").rglob("model.pt"))
+    # stored in the record, and explain shows the verdict beside the finding
+    assert json.loads((record / "experiments" / "results.json").read_text())["experiments"][0]["verdict"] == "confirmed"
+    shown = subprocess.run([PY, "-m", "gpufix", "explain", str(record)], capture_output=True, env=env()).stdout.decode()
+    assert "Confirmed by batch-size-search" in shown and f"gpufix confirm {record}" in shown
+
+
+def test_a_starved_loader_is_confirmed_and_the_sweep_measures_a_verified_speedup(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "starved.py", expect=0)
+    rc, data = confirm(record, "--only", "loader-benchmark", "--only", "loader-sweep")
+    bench, sweep = only(data, "loader-benchmark"), only(data, "loader-sweep")
+    assert bench["verdict"] == "confirmed", bench
+    assert bench["measurements"]["loader_bound_ratio"] > 2
+    assert sweep["verdict"] == "confirmed", sweep
+    best = sweep["measurements"]["best"]
+    assert best["num_workers"] >= 1 and best["pin_memory"] is False  # no GPU: pinned memory is not offered
+    assert sweep["measurements"]["speedup"] > 1.3 and sweep["verified"] is True
+    assert sweep["recommendation"]["change"] == best
+    assert rc == 0
+
+
+def test_loader_advice_for_a_job_whose_step_dominates_is_refuted(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "compute_bound.py", expect=1)
+    rc, data = confirm(record, "--only", "loader-benchmark")
+    row = only(data, "loader-benchmark")
+    assert row["verdict"] == "refuted", row
+    assert row["measurements"]["loader_bound_ratio"] < 1.2
+    assert rc == 0
+
+
+def test_an_out_of_range_label_is_named_by_the_cpu_rerun(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "bad_label.py", expect=1)
+    rc, data = confirm(record, "--only", "cpu-rerun")
+    row = only(data, "cpu-rerun")
+    assert row["verdict"] == "confirmed", row
+    assert "Target 7 is out of bounds" in row["measurements"]["exception"]
+    assert row["measurements"]["location"].startswith("bad_label.py:")
+    assert rc == 0
+
+
+def test_a_nan_is_traced_to_its_operation_by_anomaly_mode(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "nan_job.py", expect=0)
+    rc, data = confirm(record, "--only", "anomaly-detection-rerun")
+    row = only(data, "anomaly-detection-rerun")
+    assert row["verdict"] == "confirmed", row
+    assert row["measurements"]["operation"] == "SqrtBackward0"
+    assert "nan_job.py" in (row["measurements"]["forward_location"] or "")
+    assert rc == 0
+
+
+def test_a_dataparallel_checkpoint_is_measured_and_the_rename_verified(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "prefixed_checkpoint.py", expect=1)
+    rc, data = confirm(record, "--only", "state-dict-key-diff")
+    row = only(data, "state-dict-key-diff")
+    assert row["verdict"] == "confirmed", row
+    assert row["measurements"]["checkpoint_prefix"] == "module." and row["measurements"]["model_prefix"] == ""
+    assert row["recommendation"]["change"]["strip_prefix"] == "module."
+    assert row["verified"] is True
+    assert rc == 0
+
+
+def nccl_record(tmp_path: Path, line: str) -> Path:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "job.py").write_text(f"import sys\nsys.stderr.write({line!r} + '\\n')\nsys.exit(1)\n")
+    subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "job.py"], cwd=work, capture_output=True, env=env())
+    (record,) = records(work / "runs")
+    return record
+
+
+SOCKET_WARN = "h100-n4:70211:70390 [6] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer h100-n5.internal<52241>"
+
+
+def test_a_healthy_collective_path_refutes_a_transport_failure(tmp_path: Path) -> None:
+    record = nccl_record(tmp_path, SOCKET_WARN)
+    rc, data = confirm(record, "--only", "allreduce-check")
+    row = only(data, "allreduce-check")
+    assert row["verdict"] == "refuted", row
+    m = row["measurements"]
+    assert m["backend"] == "gloo" and m["world_size"] == 2
+    assert {r["op"] for r in m["results"]} == {"all_reduce", "all_gather"} and all(r["correct"] for r in m["results"])
+    assert rc == 0
+
+
+def test_a_collective_check_that_cannot_rendezvous_confirms(tmp_path: Path) -> None:
+    record = nccl_record(tmp_path, SOCKET_WARN)
+    with socket.socket() as busy:  # the rendezvous port is taken: the check fails as a broken network would
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        rc, data = confirm(record, "--only", "allreduce-check", "--param", f"allreduce-check.master_port={port}",
+                           "--param", "allreduce-check.timeout_s=10")
+    row = only(data, "allreduce-check")
+    assert row["verdict"] == "confirmed", row
+    assert row["measurements"]["exit_status"] != 0
+    assert rc == 0
+
+
+def test_plan_only_json_and_exit_codes(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "oom_batch.py", expect=1)
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--dry-run", "--format", "json", str(record)],
+                          capture_output=True, env=env())
+    data = json.loads(done.stdout)
+    assert done.returncode == 1 and data["experiments"] == [] and data["summary"]["ran"] is False
+    names = [p["name"] for p in data["planned"]]
+    assert names[0] == "batch-size-search"
+    assert {s["name"] for s in data["skipped"]} >= {"memory-snapshot"}  # CUDA's history: needs a GPU
+    assert not (record / "experiments" / "results.json").exists()
+    # not approved: no terminal to ask on, no --yes
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", str(record)], capture_output=True, env=env(),
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and b"--yes" in done.stderr and b"Traceback" not in done.stderr
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", "--only", "no-such", str(record)],
+                          capture_output=True, env=env())
+    assert done.returncode == 2 and b"unknown experiment" in done.stderr
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", str(tmp_path)], capture_output=True, env=env())
+    assert done.returncode == 2 and b"not a run record" in done.stderr
+
+
+def test_a_command_with_redacted_secrets_asks_for_the_command(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "oom_batch.py", "64", "--token", "s3cr3t")
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", str(record)], capture_output=True, env=env())
+    assert done.returncode == 2 and b"redacted" in done.stderr and b"-- python train.py" in done.stderr
