@@ -196,3 +196,29 @@ def test_a_command_with_redacted_secrets_asks_for_the_command(tmp_path: Path) ->
     record = failed_run(tmp_path, "oom_batch.py", "64", "--token", "s3cr3t")
     done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", str(record)], capture_output=True, env=env())
     assert done.returncode == 2 and b"redacted" in done.stderr and b"-- python train.py" in done.stderr
+
+
+def test_the_batch_size_flag_of_a_script_without_a_dataloader(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "oom_flag.py", "--bs", "64", "--steps", "30", expect=1)
+    rc, data = confirm(record, "--only", "batch-size-search")  # no DataLoader: nothing to override
+    assert rc == 1 and data["experiments"] == []
+    assert "batch size is unknown" in data["skipped"][0]["reason"] and "--batch-size-arg" in data["skipped"][0]["reason"]
+    rc, data = confirm(record, "--only", "batch-size-search", "--batch-size-arg", "--bs")
+    row = only(data, "batch-size-search")
+    assert row["verdict"] == "confirmed" and row["measurements"]["largest_batch_size"] == 37, row
+    assert row["verified"] is True and rc == 0
+
+
+def test_run_confirm_runs_the_experiments_after_a_failed_run_and_keeps_its_status(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(JOBS / "oom_batch.py", work / "oom_batch.py")
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--confirm", "--record-dir", "runs", "oom_batch.py", "8"],
+                          cwd=work, capture_output=True, env=env(SIM_MEMORY_LIMIT_SAMPLES="5"), timeout=600)
+    assert done.returncode == 1  # the job's status, not confirm's
+    err = done.stderr.decode()
+    assert "Confirm: gpufix confirm runs/" in err  # the diagnosis names the command
+    assert "CONFIRMED  batch-size-search for MEM001" in err and "largest_batch_size 5" in err
+    assert done.stdout == b""  # stdout is the job's
+    (record,) = records(work / "runs")
+    assert json.loads((record / "experiments" / "results.json").read_text())["summary"]["ran"] is True
