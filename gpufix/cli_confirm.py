@@ -56,6 +56,17 @@ class _Progress:
             self.live.stop()
 
 
+def _terminate_as_interrupt() -> None:
+    """TERM and HUP end confirm like Ctrl-C: the running re-run is stopped, not left behind."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
 def _approved(yes: bool, text: str) -> bool:
     if yes:
         return True
@@ -106,6 +117,7 @@ def run_confirm(record_dir: str, command: list[str], yes: bool, dry_run: bool, o
     from gpufix.report import confirm as render
 
     started = time.monotonic()
+    _terminate_as_interrupt()
     progress = _Progress(quiet or dry_run)
     try:
         try:
@@ -123,6 +135,10 @@ def run_confirm(record_dir: str, command: list[str], yes: bool, dry_run: bool, o
         except GpufixError as exc:
             progress.stop()
             fail(exc)
+        except KeyboardInterrupt:  # the running re-run was stopped on the way out (trial.py)
+            progress.stop()
+            sys.stderr.write("gpufix confirm: interrupted; the running experiment was stopped\n")
+            sys.exit(130)
     finally:
         progress.stop()
     report = confirm.ConfirmReport(record_dir, plans, skips, results, budget, time.monotonic() - started, True)

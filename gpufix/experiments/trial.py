@@ -119,10 +119,15 @@ def run_trial(ctx: Context, experiment: str, label: str, knobs: dict[str, Any] |
                "--", *(argv or ctx.argv)]
     started = time.monotonic()
     timed_out = False
+    from gpufix.supervise.spawn import die_with_parent
+
     with open(base / "gpufix.log", "wb") as console:
         try:
+            # its own session (a TERM to it reaches the job through gpufix run, a KILL its whole group), and a
+            # TERM when confirm dies, so no re-run outlives the experiment
             proc = subprocess.Popen(command, cwd=ctx.cwd, env=child_env, stdin=subprocess.DEVNULL,
-                                    stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+                                    stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=die_with_parent(signal.SIGTERM))
         except OSError as exc:
             return _failed(label, f"could not start the re-run: {exc}", time.monotonic() - started)
         try:
@@ -130,6 +135,9 @@ def run_trial(ctx: Context, experiment: str, label: str, knobs: dict[str, Any] |
         except subprocess.TimeoutExpired:
             timed_out = True
             _stop(proc)
+        except BaseException:  # Ctrl-C or TERM of confirm: the re-run ends with it
+            _stop(proc)
+            raise
     return read_trial(label, base / "record", timed_out, time.monotonic() - started)
 
 

@@ -69,6 +69,21 @@ def inherited_fds() -> list[int]:
     return fds
 
 
+def die_with_parent(signum: int = signal.SIGKILL) -> Any:
+    """A preexec_fn that has the child receive `signum` when the process that started it dies
+    (Linux's PR_SET_PDEATHSIG; a no-op elsewhere), and end at once if that already happened."""
+    parent_pid = os.getpid()
+    prctl = _prctl()
+
+    def in_child() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+            if os.getppid() != parent_pid:
+                os.kill(os.getpid(), signum)
+
+    return in_child
+
+
 def _prctl() -> Any:
     """libc's prctl, looked up in the parent so the child only calls it."""
     try:
@@ -82,8 +97,7 @@ def _prctl() -> Any:
 def spawn(argv: Sequence[str], env: Mapping[bytes, bytes], stdout: int, stderr: int,
           take_foreground: bool, resets: list[tuple[int, Any]], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
     """Start `argv`; raise SpawnError with 127/126 when it cannot be executed."""
-    parent_pid = os.getpid()
-    prctl = _prctl()
+    die_with_gpufix = die_with_parent(signal.SIGKILL)
 
     def in_child() -> None:
         # Runs after fork, before exec. Order matters: own group first, then the terminal
@@ -96,10 +110,7 @@ def spawn(argv: Sequence[str], env: Mapping[bytes, bytes], stdout: int, stderr: 
                 pass
         for signum, disposition in resets:
             signal.signal(signum, disposition)
-        if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != parent_pid:  # gpufix died before the death signal was armed
-                os.kill(os.getpid(), signal.SIGKILL)
+        die_with_gpufix()  # (and at once if gpufix died before the death signal was armed)
 
     def start(args: Sequence[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(

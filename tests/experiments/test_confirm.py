@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +224,37 @@ def test_run_confirm_runs_the_experiments_after_a_failed_run_and_keeps_its_statu
     assert done.stdout == b""  # stdout is the job's
     (record,) = records(work / "runs")
     assert json.loads((record / "experiments" / "results.json").read_text())["summary"]["ran"] is True
+
+
+def _job_processes(marker: str) -> list[str]:
+    ps = subprocess.run(["ps", "-eww", "-o", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if marker in line and "ps -eww" not in line]
+
+
+def test_experiments_are_bounded_and_stopped_with_confirm(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "oom_batch.py", "64", expect=1)
+    hang = env(SIM_HANG_AFTER_STEPS="1")
+    # a re-run that hangs is stopped at its budget and reads as timed out
+    started = time.monotonic()
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", "-q", "--format", "json", "--only", "batch-size-search",
+                           "--param", "batch-size-search.trial_timeout_s=8", "--budget", "30", str(record)],
+                          capture_output=True, env=hang, timeout=120)
+    assert time.monotonic() - started < 60
+    row = only(json.loads(done.stdout), "batch-size-search")
+    assert row["verdict"] == "inconclusive" and "timed out" in row["reason"], row
+    # TERM to confirm stops the running re-run and its job: nothing is left behind
+    proc = subprocess.Popen([PY, "-m", "gpufix", "confirm", "--yes", "-q", "--only", "batch-size-search", str(record)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=hang)
+    trial = str(record / "experiments" / "batch-size-search" / "bs32")  # the first bisection trial, which hangs
+    deadline = time.monotonic() + 60
+    while not _job_processes(trial) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _job_processes(trial), "the re-run never started"
+    time.sleep(2)  # the job is inside its hang
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err
+    deadline = time.monotonic() + 15
+    while (_job_processes(trial) or _job_processes("oom_batch.py")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _job_processes(trial) and not _job_processes("oom_batch.py")

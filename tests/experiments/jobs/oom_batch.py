@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 LIMIT = int(os.environ.get("SIM_MEMORY_LIMIT_SAMPLES", "37"))
+HANG_AFTER = int(os.environ.get("SIM_HANG_AFTER_STEPS", "0"))  # > 0: stops making progress there (a hang)
 batch_size = int(sys.argv[1]) if len(sys.argv) > 1 else 64
 data = TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,)))
 loader = DataLoader(data, batch_size=batch_size, shuffle=True)
@@ -22,6 +23,9 @@ for epoch in range(3):
             raise torch.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate {x.shape[0] * 64} MiB (GPU 0; 15.77 GiB total capacity; "
                 "14.20 GiB already allocated; 201.19 MiB free; 14.50 GiB reserved in total by PyTorch)")
+        if HANG_AFTER and step == HANG_AFTER:
+            import time
+            time.sleep(3600)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
