@@ -285,6 +285,10 @@ def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> 
         for cause in ranked:
             if cause is finding or causes.get(cause.code) == finding.code:
                 continue
+            # An info finding says how the run ended (an interruption), never why something else happened: a
+            # hang that gpufix or a user ended with a signal stays the hang.
+            if cause.severity == "info" and finding.severity != "info":
+                continue
             # A family's guess demotes a specific GPU finding only where that rule names the family's
             # code; an ordinary error yields to it by category too ("not a GPU problem" only when
             # nothing GPU-related is in the text).

@@ -120,3 +120,75 @@ def classify(thread: ThreadStack) -> str | None:
 def annotate(text: str) -> list[str]:
     """gpufix's lines for a dump (empty when nothing is recognised or the dump is not py-spy's)."""
     return [line for line in (classify(t) for t in parse_pyspy(text)) if line]
+
+
+# faulthandler (the probe's dumps inside each rank): `Thread 0x00007f1c (most recent call first):` or
+# `Current thread 0x...`, frames `  File "/x/train.py", line 8 in wait_for_flag`, innermost first
+_FH_THREAD = re.compile(r"^(?:Current thread|Thread) (?P<tid>0x[0-9a-fA-F]+)(?: \[(?P<name>[^\]]*)\])? \(most recent call first\):")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_OWN_FILES = ("_gpufix_probe/",)
+
+
+def parse_faulthandler(text: str) -> list[ThreadStack]:
+    """Threads of a faulthandler dump (`faulthandler.dump_traceback(all_threads=True)`)."""
+    threads: list[ThreadStack] = []
+    current: tuple[str, str] | None = None
+    frames: list[Frame] = []
+    for line in text.splitlines():
+        m = _FH_THREAD.match(line)
+        if m:
+            if current is not None:
+                threads.append(ThreadStack(current[0], current[1], "", tuple(frames)))
+            current, frames = (m.group("tid"), m.group("name") or ""), []
+            continue
+        m = _FH_FRAME.match(line)
+        if m and current is not None:
+            frames.append(Frame(m.group("func"), m.group("file"), int(m.group("line"))))
+    if current is not None:
+        threads.append(ThreadStack(current[0], current[1], "", tuple(frames)))
+    return threads
+
+
+def main_thread(threads: list[ThreadStack]) -> ThreadStack | None:
+    """The thread running the script: its outermost frame is `<module>` (else the first not gpufix's own)."""
+    own = [t for t in threads if not any(o in (f.file or "") for f in t.frames for o in _OWN_FILES)]
+    for thread in own:
+        if thread.frames and thread.frames[-1].func == "<module>":
+            return thread
+    return own[0] if own else None
+
+
+def _short(frame: Frame) -> str:
+    name = (frame.file or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{frame.func} ({name}:{frame.line})"
+
+
+def _own_code(frame: Frame) -> bool:
+    path = (frame.file or "").replace("\\", "/")
+    return bool(path) and not re.search(r"/(?:site-packages|dist-packages|lib/python\d[\d.]*)/|^<", path)
+
+
+def cross_rank(dumps: list[tuple[int, int, str]]) -> list[str]:
+    """Which rank keeps the others waiting: given (rank, pid, faulthandler text) of every rank, one
+    `rank R (pid P) is not in a collective ...` line per rank whose script is elsewhere while other
+    ranks wait inside a collective; [] when every rank is in a collective, or none is."""
+    waiting: dict[int, str] = {}
+    elsewhere: dict[int, tuple[int, str]] = {}
+    for rank, pid, text in dumps:
+        thread = main_thread(parse_faulthandler(text))
+        if thread is None or not thread.frames:
+            continue
+        op = next((f.func for f in thread.frames
+                   if "torch/distributed/" in (f.file or "").replace("\\", "/") and _COLLECTIVES.match(f.func)), None)
+        if op:
+            waiting[rank] = op
+        else:
+            user = next((f for f in thread.frames if _own_code(f)), thread.frames[0])
+            elsewhere[rank] = (pid, _short(user))
+    if not waiting or not elsewhere:
+        return []
+    ops = sorted(set(waiting.values()))
+    ranks = ", ".join(str(r) for r in sorted(waiting))
+    return [f"rank {rank} (pid {pid}) is not in a collective while rank{'s' if len(waiting) > 1 else ''} {ranks} "
+            f"wait{'' if len(waiting) > 1 else 's'} in {'/'.join(ops)}: it is at {where}"
+            for rank, (pid, where) in sorted(elsewhere.items())]

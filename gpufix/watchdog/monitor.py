@@ -66,8 +66,9 @@ class JobMonitor:
                 return
             stacks = os.path.join(record, STACKS_DIR) if record else os.path.join(os.path.dirname(watched), STACKS_DIR)
             kwargs = {"report": self._report} if self._report else {}
+            probe = os.path.join(record, "probe") if record and os.path.isdir(os.path.join(record, "probe")) else None
             self.watchdog = HangWatchdog(job.pid, pgid, self.hang_timeout_s, stacks, file_activity(watched),
-                                         self.sampler, self.on_hang, **kwargs)
+                                         self.sampler, self.on_hang, probe_dir=probe, **kwargs)
             self.watchdog.start()
 
     def stop(self) -> None:

@@ -22,6 +22,8 @@ from typing import Any
 
 BUSY_UTIL_PCT = 5
 KILL_GRACE_S = 10.0
+PROBE_DUMP_WAIT_S = 3.0  # the probe looks for a dump request once a second (faults.py)
+PROBE_TRIGGER = "dump-stacks"
 ON_HANG = ("wait", "kill")
 
 
@@ -76,6 +78,63 @@ def diagnose_dumps(paths: list[str]) -> list[dict[str, Any]]:
         return []
 
 
+def probe_stacks(probe_dir: str, out_dir: str, wait_s: float = PROBE_DUMP_WAIT_S) -> str | None:
+    """Python stacks of every probed process of the job, taken by the probe itself (faulthandler, all
+    threads; no py-spy needed), in one file with each process's rank and gpufix's cross-rank reading:
+    which rank is not in the collective the others wait in. None when no probed process answered."""
+    from gpufix.probe.read import read_probe_facts
+    from gpufix.watchdog.analyze import cross_rank
+
+    asked = time.time()
+    try:
+        with open(os.path.join(probe_dir, PROBE_TRIGGER), "w", encoding="utf-8") as f:
+            f.write(f"{asked}\n")
+        names = os.listdir(probe_dir)
+    except OSError:
+        return None
+    pids = {int(n[6:-6]) for n in names if n.startswith("probe-") and n.endswith(".jsonl") and n[6:-6].isdigit()}
+    alive = {pid for pid in pids if _alive(pid)}
+
+    def answered() -> set[int]:
+        done = set()
+        for pid in alive:
+            try:
+                if os.stat(os.path.join(probe_dir, f"stacks-{pid}.txt")).st_mtime >= asked - 0.01:
+                    done.add(pid)
+            except OSError:
+                pass
+        return done
+
+    deadline = time.monotonic() + wait_s
+    while answered() != alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ranks = {p.get("pid"): p.get("rank") for p in read_probe_facts(probe_dir).get("processes") or []}
+    sections: list[tuple[int | None, int, str]] = []
+    for pid in sorted(answered()):
+        try:
+            with open(os.path.join(probe_dir, f"stacks-{pid}.txt"), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        last = text.rfind("# gpufix-probe stack dump")
+        sections.append((ranks.get(pid), pid, text[last:] if last >= 0 else text))
+    if not sections:
+        return None
+    verdicts = cross_rank([(rank, pid, body) for rank, pid, body in sections if rank is not None])
+    lines = ["# gpufix stack dumps taken by gpufix's probe inside each process (faulthandler, all threads)"]
+    lines += [f"# gpufix-hang: {v}" for v in verdicts]
+    for rank, pid, body in sections:
+        lines += ["", f"# pid {pid}" + (f" rank {rank}" if rank is not None else ""), body.rstrip("\n")]
+    path = os.path.join(out_dir, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(asked)) + "-probe.txt")
+    try:
+        os.makedirs(out_dir, mode=0o700, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    except OSError:
+        return None
+    return path
+
+
 def render_hang(report: HangReport, why: str) -> str:
     """The stderr text for a hang: what was seen, the verdicts, where the dumps are."""
     lines = [f"gpufix: the job looks hung: {why} for {report.idle_s:.0f} s; stacks of {len(report.dumps)} process(es) dumped"]
@@ -104,12 +163,14 @@ class HangWatchdog:
 
     def __init__(self, pid: int, pgid: int | None, hang_timeout_s: float, stacks_dir: str,
                  output_probe: Callable[[], object] | None, sampler: Any = None, on_hang: str = "wait",
-                 report: Callable[[str], None] = _stderr, kill_grace_s: float = KILL_GRACE_S) -> None:
+                 report: Callable[[str], None] = _stderr, kill_grace_s: float = KILL_GRACE_S,
+                 probe_dir: str | None = None) -> None:
         if on_hang not in ON_HANG:
             raise ValueError(f"on_hang must be one of {ON_HANG}, not {on_hang!r}")
         self.pid, self.pgid = pid, pgid
         self.hang_timeout_s = float(hang_timeout_s)
         self.stacks_dir = stacks_dir
+        self.probe_dir = probe_dir  # gpufix's probe inside the job: it dumps each process's stacks on request
         self.on_hang = on_hang
         self.hangs: list[HangReport] = []
         self._probe = output_probe
@@ -156,9 +217,13 @@ class HangWatchdog:
         from gpufix.watchdog.stacks import dump_tree
 
         dumps = dump_tree(self.pid, self.pgid, self.stacks_dir, reason=f"no output and idle GPUs for {idle_s:.0f} s")
-        findings = diagnose_dumps([d.path for d in dumps])
+        paths = [d.path for d in dumps]
+        from_probe = probe_stacks(self.probe_dir, self.stacks_dir) if self.probe_dir and dumps else None
+        if from_probe:
+            paths.append(from_probe)
+        findings = diagnose_dumps(paths)
         killed = self.on_hang == "kill" and bool(dumps)
-        report = HangReport(time.time(), idle_s, tuple(d.path for d in dumps), tuple(findings), killed)
+        report = HangReport(time.time(), idle_s, tuple(paths), tuple(findings), killed)
         self._save(report)
         telemetry = "its GPUs idle" if self._sampler is not None and self._sampler.gpu_ok else "no GPU telemetry"
         self._report(render_hang(report, f"no output, {telemetry}"))
