@@ -136,7 +136,7 @@ def simple_run_args(args: list[str]) -> dict[str, Any] | None:
     """
     if not args or args[0] != "run":
         return None
-    from gpufix.runner import DEFAULTS, FLAG_OPTIONS, VALUE_OPTIONS
+    from gpufix.runner import DEFAULTS, FLAG_OPTIONS, VALUE_OPTIONS, is_launcher_option
 
     parsed: dict[str, Any] = dict(DEFAULTS)
     rest = args[1:]
@@ -148,8 +148,8 @@ def simple_run_args(args: list[str]) -> dict[str, Any] | None:
             after_dashdash = True
             i += 1
             break
-        if not arg.startswith("-") or arg == "-":
-            break
+        if not arg.startswith("-") or arg == "-" or is_launcher_option(arg):
+            break  # the command (a launcher option starts torchrun's: job_argv)
         if arg in FLAG_OPTIONS:
             parsed[FLAG_OPTIONS[arg]] = True
             i += 1

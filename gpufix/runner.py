@@ -91,9 +91,26 @@ def warn(message: str) -> None:
         pass
 
 
+# torchrun's own options: `gpufix run --nproc-per-node 8 train.py` runs PyTorch's launcher with them
+_LAUNCHER_OPTIONS = frozenset(
+    "--" + name for base in ("nproc-per-node", "nnodes", "node-rank", "master-addr", "master-port", "rdzv-backend",
+                             "rdzv-endpoint", "rdzv-id", "rdzv-conf", "standalone", "max-restarts", "monitor-interval",
+                             "start-method", "role", "local-addr", "log-dir", "redirects", "tee", "local-ranks-filter")
+    for name in (base, base.replace("-", "_")))
+
+
+def is_launcher_option(arg: str) -> bool:
+    """A torchrun option (`--nproc-per-node`, `--nnodes=2`, `--rdzv_endpoint ...`), as `gpufix run` takes them first."""
+    return arg.split("=", 1)[0] in _LAUNCHER_OPTIONS
+
+
 def job_argv(command: tuple[str, ...] | list[str], after_dashdash: bool) -> list[str]:
-    """`train.py ARGS` runs with this Python; after `--`, the command runs as given."""
+    """`train.py ARGS` runs with this Python; `--nproc-per-node N [torchrun options] train.py ARGS` through
+    PyTorch's own launcher (`python -m torch.distributed.run`), never one of gpufix's; after `--`, the
+    command runs as given."""
     first = command[0]
+    if not after_dashdash and is_launcher_option(first):
+        return [sys.executable, "-m", "torch.distributed.run", *command]
     if not after_dashdash and (
         first.endswith(".py") or (os.path.isfile(first) and not os.access(first, os.X_OK))
     ):
