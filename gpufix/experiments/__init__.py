@@ -13,6 +13,7 @@ The registry is built from those modules, so a new experiment is one class added
     stack.py       cuda-smoke-test, placement-check, gpu-health-check, driver-check
     collective.py  allreduce-check, nccl-debug-rerun, single-gpu-rerun
     checkpoint.py  state-dict-key-diff
+    profile.py     profile-steps, deterministic-rerun
     confirm.py     plan the experiments a record's findings call for, run them, write the results
 """
 
@@ -24,7 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpufix.experiments.base import Experiment
 
-_MODULES = ("memory", "loader", "kernel", "stack", "collective", "checkpoint")
+_MODULES = ("memory", "loader", "kernel", "stack", "collective", "checkpoint", "profile")
 _registry: dict[str, Experiment] = {}
 
 

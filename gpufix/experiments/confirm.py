@@ -82,22 +82,26 @@ def plan(ctx: Context, only: tuple[str, ...] = (), params: dict[str, dict[str, A
     plans: list[Plan] = []
     skips: list[Skip] = []
     seen: set[str] = set()
-    for finding in [f for f in ctx.result.get("findings") or [] if isinstance(f, dict)]:
-        for wanted in finding.get("experiments") or []:
-            name = wanted.get("name") if isinstance(wanted, dict) else None
-            if not name or name in seen or (only and name not in only):
-                continue
-            seen.add(name)
-            experiment = known.get(name)
-            if experiment is None:
-                skips.append(Skip(name, str(finding.get("code")), "not a built-in experiment of this gpufix"))
-                continue
-            given = {**(wanted.get("params") or {}), **((params or {}).get(name) or {})}
-            try:
-                planned = experiment.plan(ctx, finding, given)
-            except Exception as exc:  # an experiment's bug must not cost the others
-                planned = Skip(name, str(finding.get("code")), f"could not be planned: {exc!r}")
-            (plans if isinstance(planned, Plan) else skips).append(planned)  # type: ignore[arg-type]
+    findings = [f for f in ctx.result.get("findings") or [] if isinstance(f, dict)]
+    wanted_by = [(f, w) for f in findings for w in f.get("experiments") or [] if isinstance(w, dict)]
+    # An experiment named with --only that no finding calls for runs for the root cause (or the run as a whole).
+    root = findings[0] if findings else {"code": "-"}
+    wanted_by += [(root, {"name": name}) for name in only if name not in {w.get("name") for _f, w in wanted_by}]
+    for finding, wanted in wanted_by:
+        name = wanted.get("name")
+        if not name or name in seen or (only and name not in only):
+            continue
+        seen.add(name)
+        experiment = known.get(name)
+        if experiment is None:
+            skips.append(Skip(name, str(finding.get("code")), "not a built-in experiment of this gpufix"))
+            continue
+        given = {**(wanted.get("params") or {}), **((params or {}).get(name) or {})}
+        try:
+            planned = experiment.plan(ctx, finding, given)
+        except Exception as exc:  # an experiment's bug must not cost the others
+            planned = Skip(name, str(finding.get("code")), f"could not be planned: {exc!r}")
+        (plans if isinstance(planned, Plan) else skips).append(planned)  # type: ignore[arg-type]
     return plans, skips
 
 

@@ -258,3 +258,24 @@ def test_experiments_are_bounded_and_stopped_with_confirm(tmp_path: Path) -> Non
     while (_job_processes(trial) or _job_processes("oom_batch.py")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _job_processes(trial) and not _job_processes("oom_batch.py")
+
+
+def test_profile_steps_keeps_a_trace_and_names_the_top_operations(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "compute_bound.py", expect=1)
+    rc, data = confirm(record, "--only", "profile-steps")  # no finding calls for it: it runs for the root cause
+    row = only(data, "profile-steps")
+    m = row["measurements"]
+    assert row["for"] == data["experiments"][0]["for"] and m["profiled_steps"] == 5
+    assert {op["name"] for op in m["top_host_ops"][:3]} & {"aten::mm", "aten::addmm"}  # the matmuls dominate
+    trace = json.loads(Path(m["trace"]).read_text())
+    assert trace["traceEvents"]
+    assert row["verdict"] == "inconclusive" and "ran on the CPU" in row["reason"]  # no GPU time to judge here
+
+
+def test_a_crash_that_comes_back_under_deterministic_reruns_is_a_bug(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "bad_label.py", expect=1)
+    rc, data = confirm(record, "--only", "deterministic-rerun")
+    row = only(data, "deterministic-rerun")
+    assert row["verdict"] == "confirmed" and "both deterministic re-runs fail the same way" in row["reason"], row
+    assert [t["outcome"] != "ok" for t in row["measurements"]["trials"]] == [True, True]
+    assert rc == 0

@@ -13,6 +13,8 @@ variable this module is never imported. docs/probe.md has the contract and the r
     state_dict_keys    each Module.load_state_dict call records the model's and the checkpoint's
                        keys (`state_dict_load` records): what is missing, what is unexpected
     state_dict_rename  {"strip": "module.", "add": ""}: the checkpoint's keys renamed at that call
+    profile            {"start_step": 3, "steps": 5, "dir": ...}: torch.profiler over those steps (profiling.py)
+    deterministic      deterministic algorithms, no cuDNN autotuning, seeds fixed at start
 
 Knobs are the experiment's settings, not measurements: they stay in force if the probe turns
 itself off, except the stops (they count the probe's steps). A knob that cannot be installed is
@@ -115,6 +117,20 @@ def parse(text):
             else:
                 rejected[key] = 'expected {"strip": "prefix.", "add": "prefix."} (either may be left out), got %r' % (
                     value,)
+        elif key == "profile":
+            if not isinstance(value, dict) or not isinstance(value.get("dir"), str) or not os.path.isabs(value["dir"]):
+                rejected[key] = 'expected {"start_step": 3, "steps": 5, "dir": "/abs/path"}, got %r' % (value,)
+                continue
+            start, steps = value.get("start_step", 3), value.get("steps", 5)
+            if not (_is_int(start, 1) and _is_int(steps, 1)):
+                rejected[key] = "start_step and steps must be integers >= 1, got %r" % (value,)
+                continue
+            settings[key] = {"start_step": start, "steps": steps, "dir": os.path.normpath(value["dir"])}
+        elif key == "deterministic":
+            if not isinstance(value, bool):
+                rejected[key] = "expected true or false, got %r" % (value,)
+            elif value:
+                settings[key] = True
         elif key == "redirect_writes":
             if isinstance(value, str) and os.path.isabs(value):
                 settings[key] = os.path.normpath(value)
@@ -148,6 +164,7 @@ class Knobs(object):
         self.writes = None  # the Redirector of redirect_writes (writes.py)
         self.loads_on = False
         self.loads_recorded = 0
+        self.profiler = None  # profiling.StepProfiler of the `profile` knob
 
     # -- records ---------------------------------------------------------------------------------
 
@@ -182,6 +199,12 @@ class Knobs(object):
             self.flush_pending()
         if self.writes is not None:
             self.writes.poll()
+        if self.profiler is not None:
+            try:
+                self.profiler.after_step(step)
+            except Exception as exc:
+                self.profiler = None
+                self.probe.fail("knobs: profile", exc)
         if self.stop_steps is not None and step >= self.stop_steps:
             self.stop("steps", step)
         elif self.stop_s is not None and time.monotonic() - self.started >= self.stop_s:
@@ -525,6 +548,27 @@ class Knobs(object):
 
     # -- redirected writes -----------------------------------------------------------------------
 
+    def install_profile(self):
+        from _gpufix_probe import profiling
+
+        self.profiler = profiling.StepProfiler(self, self.settings["profile"])
+        self.applied["profile"] = self.settings["profile"]
+
+    def install_deterministic(self):
+        """Deterministic algorithms (a warning where one has none), no cuDNN autotuning, fixed seeds at
+        start (a job that seeds itself keeps its own seed)."""
+        import random
+
+        torch = self.torch
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+        torch.manual_seed(0)
+        random.seed(0)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed(0)
+        self.applied["deterministic"] = True
+
     def install_writes(self):
         redirector = writes.Redirector(self, self.settings["redirect_writes"])
         redirector.install()
@@ -592,7 +636,8 @@ def install(probe, text):
     for names, method in ((("redirect_writes",), knobs.install_writes), (("detect_anomaly",), knobs.install_anomaly),
                           (("dataloader",), knobs.install_loader), (("cache_batches",), knobs.install_cache),
                           (("autocast",), knobs.install_autocast),
-                          (("state_dict_keys", "state_dict_rename"), knobs.install_loads)):
+                          (("state_dict_keys", "state_dict_rename"), knobs.install_loads),
+                          (("profile",), knobs.install_profile), (("deterministic",), knobs.install_deterministic)):
         wanted = [name for name in names if name in settings]
         if wanted:
             try:
