@@ -50,7 +50,7 @@ def open_context(record_dir: str, budget_s: float, progress: Callable[[str], Non
     from gpufix.record.layout import META, RESULT, is_record_dir
     from gpufix.redact import REDACTED
 
-    record = Path(record_dir)
+    record = Path(record_dir).resolve()  # trials run in the job's cwd: every path handed to them is absolute
     if not record.is_dir() or not is_record_dir(str(record)):
         raise GpufixError(f"{record_dir} is not a run record (no meta.json and output.log)",
                           "pass a folder that `gpufix run` wrote, e.g. gpufix-runs/<time>-<name>-<id>")

@@ -105,6 +105,8 @@ class DeterministicRerun(Experiment):
                                     env={"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}, budget_s=plan.params["trial_timeout_s"]))
         measurements = {"trials": [t.summary() for t in trials], "exceptions": [t.exception for t in trials],
                         "codes": [t.codes[:1] for t in trials]}
+        if any(t.record is None for t in trials):
+            return self.result(plan, INCONCLUSIVE, f"a re-run did not run: {trials[0].outcome}", measurements, started)
         failed = [not t.completed for t in trials]
         if all(failed) and trials[0].codes[:1] == trials[1].codes[:1]:
             return self.result(plan, CONFIRMED, f"both deterministic re-runs fail the same way ({trials[0].outcome}): a "

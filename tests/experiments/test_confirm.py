@@ -107,7 +107,11 @@ def test_loader_advice_for_a_job_whose_step_dominates_is_refuted(tmp_path: Path)
 
 def test_an_out_of_range_label_is_named_by_the_cpu_rerun(tmp_path: Path) -> None:
     record = failed_run(tmp_path, "bad_label.py", expect=1)
-    rc, data = confirm(record, "--only", "cpu-rerun")
+    # the record as a user names it: relative to the shell's folder, which is not the job's
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", "-q", "--format", "json", "--only", "cpu-rerun",
+                           str(record.relative_to(tmp_path))], cwd=tmp_path, capture_output=True, env=env(), timeout=300)
+    rc, data = done.returncode, json.loads(done.stdout)
+    assert not (record.parent.parent / "work").exists()  # nothing written under the job's folder by that path
     row = only(data, "cpu-rerun")
     assert row["verdict"] == "confirmed", row
     assert "Target 7 is out of bounds" in row["measurements"]["exception"]
