@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,17 @@ def test_only_torchruns_options_and_not_after_dashdash() -> None:
     assert not is_launcher_option("--lr") and not is_launcher_option("--nproc")
 
 
-@pytest.mark.parametrize("options", [["--nproc-per-node", "2"], ["--nproc_per_node=2", "--standalone"]])
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+# (a port of its own: torchrun's default 29500 may be held by another job on a shared machine)
+@pytest.mark.parametrize("options", [["--nproc-per-node", "2", "--master-port"], ["--nproc_per_node=2", "--standalone"]])
 def test_gpufix_run_launches_ranks_through_torchrun(tmp_path: Path, options: list[str]) -> None:
+    if options[-1] == "--master-port":
+        options = [*options, free_port()]
     (tmp_path / "job.py").write_text(JOB)
     done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", *options, "job.py"], cwd=tmp_path,
                           capture_output=True, env=env(), timeout=120)

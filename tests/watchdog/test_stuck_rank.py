@@ -74,7 +74,7 @@ def test_the_rank_outside_the_collective_is_named_with_its_line() -> None:
 def test_a_hung_torchrun_job_names_the_stuck_rank(tmp_path: Path) -> None:
     (tmp_path / "stuck.py").write_text(STUCK_JOB)
     done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "6", "--on-hang", "kill",
-                           "--", PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "stuck.py"],
+                           "--", PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "stuck.py"],
                           cwd=tmp_path, capture_output=True, env=env(), timeout=180)
     err = done.stderr.decode()
     assert done.returncode != 0
