@@ -15,13 +15,14 @@ import click
 
 from gpufix.entry import EXIT_CLEAN, EXIT_FINDINGS
 from gpufix.errors import InputError
+from gpufix.record.layout import META, STACKS
 
 
 def resolve(target: str) -> tuple[int, str]:
     """(job pid, folder for the dumps) from a record folder or a pid."""
     if target.isdigit():
         return int(target), os.path.join("gpufix-stacks", target)
-    meta = os.path.join(target, "meta.json")
+    meta = os.path.join(target, META)
     try:
         with open(meta, encoding="utf-8") as f:
             pid = json.load(f).get("job_pid")
@@ -29,7 +30,7 @@ def resolve(target: str) -> tuple[int, str]:
         raise InputError(f"{target}: not a run record ({exc})", hint="pass a record folder from gpufix-runs/ or a pid") from None
     if not isinstance(pid, int):
         raise InputError(f"{meta} names no job_pid", hint="the job never started; nothing to dump")
-    return pid, os.path.join(target, "stacks")
+    return pid, os.path.join(target, STACKS)
 
 
 @click.command("stacks")

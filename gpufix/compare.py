@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufix.errors import InputError
-from gpufix.postmortem.runinfo import read_record
 from gpufix.postmortem.telemetry import read_samples
-from gpufix.record.layout import OUTPUT_LOG, is_record_dir
+from gpufix.record.reader import Record, is_record
 
 LOG_READ_BYTES = 64 << 20  # progress lines are everywhere; the first 64 MiB are plenty
 _RATES = (
@@ -52,20 +51,19 @@ class RecordStats:
                 "temperature_c": self.temperature_c, "power_w": self.power_w, "findings": list(self.findings)}
 
 
-def _probe_step_time(record: str) -> float | None:
+def _probe_step_time(record: Record) -> float | None:
     """Median step time the in-process probe measured (record/probe, docs/probe.md)."""
-    probe_dir = os.path.join(record, "probe")
-    if not os.path.isdir(probe_dir):
+    if not record.has_probe:
         return None
     from gpufix.probe.read import read_probe_series
 
-    steps = [s.value for s in read_probe_series(probe_dir).get("probe.step_time_s", [])]
+    steps = [s.value for s in read_probe_series(record.probe_dir).get("probe.step_time_s", [])]
     return statistics.median(steps) if steps else None
 
 
-def _log_step_time(record: str) -> tuple[float | None, str | None]:
+def _log_step_time(record: Record) -> tuple[float | None, str | None]:
     try:
-        with open(os.path.join(record, OUTPUT_LOG), "rb") as f:
+        with open(record.output_log, "rb") as f:
             data = f.read(LOG_READ_BYTES)
     except OSError:
         return None, None
@@ -88,14 +86,14 @@ def _range(values: list[float]) -> dict[str, float] | None:
 
 def record_stats(record: str) -> RecordStats:
     """Read one record's numbers; raises InputError when `record` is not a run record."""
-    if not is_record_dir(record):
+    if not is_record(record):
         raise InputError(f"{record} is not a run record (no meta.json and output.log)",
                          hint="pass folders written by `gpufix run`, e.g. gpufix compare gpufix-runs/*")
-    info = read_record(record)
-    result = info.get("result") or {}
-    step, basis = _probe_step_time(record), "probe"
+    opened = Record(record)
+    result = opened.result
+    step, basis = _probe_step_time(opened), "probe"
     if step is None:
-        step, basis = _log_step_time(record)
+        step, basis = _log_step_time(opened)
     samples = read_samples(record)
 
     def values(key: str) -> list[float]:

@@ -63,12 +63,12 @@ def run_explain(inputs: list[str], fmt: str, brief: bool, rule_dirs: list[str]) 
     except GpufixError as exc:
         fail(exc)
     findings, sources, notes = diagnosis.findings, diagnosis.evidence.sources, diagnosis.notes
-    record = inputs[0] if len(inputs) == 1 and os.path.isfile(os.path.join(inputs[0], "meta.json")) else None
-    confirmed = None
-    if record:  # a run record: what `gpufix confirm` found, beside the findings
-        from gpufix.experiments.results import read_results
+    record, confirmed = None, None
+    if len(inputs) == 1:  # a run record: what `gpufix confirm` found, beside the findings
+        from gpufix.record.reader import Record, is_record
 
-        confirmed = read_results(record)
+        if is_record(inputs[0]):
+            record, confirmed = inputs[0], Record(inputs[0]).experiment_results
     if fmt == "json":
         import json
 

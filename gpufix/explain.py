@@ -10,11 +10,15 @@ TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PE
 if TYPE_CHECKING:
     from typing import BinaryIO
 
+    from gpufix.record.reader import Record
+
 from gpufix.engine import diagnose
 from gpufix.errors import InputError
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
 from gpufix.findings import Finding
 from gpufix.logscan import LogScanner
+from gpufix.record.layout import OUTPUT_LOG
+from gpufix.record.reader import is_record
 from gpufix.rules.model import RuleSet
 
 STDIN = "-"
@@ -100,54 +104,42 @@ def _scan(scanner: LogScanner, stream: BinaryIO, source: str, sniff: bool = True
 
 def _record_output(path: str) -> str:
     """A `gpufix run` record folder (meta.json + output.log) stands for its output.log."""
-    log = os.path.join(path, "output.log")
-    if os.path.isfile(os.path.join(path, "meta.json")) and os.path.isfile(log):
-        return log
-    return path
-
-
-def _stack_dumps(record_dir: str) -> list[str]:
-    folder = os.path.join(record_dir, "stacks")
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
-    except OSError:
-        return []
-    # regular files only: a FIFO or device put in a record must not block or never end a diagnosis
-    return [path for path in (os.path.join(folder, n) for n in names) if os.path.isfile(path)]
+    return os.path.join(path, OUTPUT_LOG) if is_record(path) else path
 
 
 def add_record_evidence(evidence: Evidence, record_dir: str, scanner: LogScanner) -> None:
     """Everything of a record beyond its output.log: stack dumps (a hang: text for the same
     rules, rules/hangs) and the measurements (`add_record_measurements`)."""
-    for dump in _stack_dumps(record_dir):
+    from gpufix.record.reader import Record
+
+    record = Record(record_dir)
+    for dump in record.stack_dumps:
         try:
             with _open(dump) as stream:
                 evidence.merge(_scan(scanner, stream, dump))
         except InputError as exc:  # one unreadable dump must not hide the rest of the record
             evidence.notes.append(f"{exc} (skipped)")
-    add_record_measurements(evidence, record_dir, scanner)
+    add_record_measurements(evidence, record, scanner)
 
 
-def add_record_measurements(evidence: Evidence, record_dir: str, scanner: LogScanner) -> None:
+def add_record_measurements(evidence: Evidence, record: Record, scanner: LogScanner) -> None:
     """A record's measurements for rules: telemetry.jsonl (series of the job's GPUs, Xid events
     as kernel-style lines), the output rate (output.idx) and the probe's series, facts and
     structured exceptions (docs/probe.md)."""
-    telemetry = os.path.join(record_dir, "telemetry.jsonl")
-    probe_dir = os.path.join(record_dir, "probe")
-    _add_meta_facts(evidence, os.path.join(record_dir, "meta.json"))
+    _add_meta_facts(evidence, record.meta)
     try:
-        if os.path.isfile(telemetry):
+        if record.telemetry.lines:
             from gpufix.telemetry.series import telemetry_evidence
 
-            measured = telemetry_evidence(telemetry)
+            measured = telemetry_evidence(record.telemetry)
             _add_series(evidence, measured.series)
             if measured.xid_lines:
-                evidence.merge(_scan_at_lines(scanner, measured.xid_lines, telemetry))
-        _add_series(evidence, _output_rate(record_dir))
-        if os.path.isdir(probe_dir):
-            _add_probe(evidence, probe_dir, scanner)
+                evidence.merge(_scan_at_lines(scanner, measured.xid_lines, record.telemetry.path))
+        _add_series(evidence, _output_rate(record))
+        if record.has_probe:
+            _add_probe(evidence, record, scanner)
     except OSError as exc:
-        evidence.notes.append(f"{record_dir}: cannot read its measurements ({exc.strerror or exc})")
+        evidence.notes.append(f"{record.path}: cannot read its measurements ({exc.strerror or exc})")
 
 
 def _scan_at_lines(scanner: LogScanner, lines: list[tuple[int, str]], source: str) -> Evidence:
@@ -163,16 +155,10 @@ def _scan_at_lines(scanner: LogScanner, lines: list[tuple[int, str]], source: st
     return found
 
 
-def _add_meta_facts(evidence: Evidence, meta_path: str) -> None:
+def _add_meta_facts(evidence: Evidence, meta: dict[str, object]) -> None:
     """The job's environment as facts rules can guard on (e.g. an allocator setting already made)."""
-    import json
-
-    if not os.path.isfile(meta_path):
-        return
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            environment = json.load(f).get("environment") or {}
-    except (OSError, ValueError, AttributeError):
+    environment = meta.get("environment") or {}
+    if not isinstance(environment, dict):
         return
     for variable, fact in (("PYTORCH_CUDA_ALLOC_CONF", "pytorch_cuda_alloc_conf"), ("CUDA_VISIBLE_DEVICES", "cuda_visible_devices")):
         if isinstance(environment.get(variable), str):
@@ -184,49 +170,44 @@ def _add_series(evidence: Evidence, series: dict[str, list]) -> None:  # type: i
         evidence.series.setdefault(name, []).extend(samples)
 
 
-def _output_rate(record_dir: str) -> dict[str, list]:  # type: ignore[type-arg]
+def _output_rate(record: Record) -> dict[str, list]:  # type: ignore[type-arg]
     """Bytes the job wrote per second of its run, from the record's output index, and the share
     of each second it was held up by its output (gpufix waiting on a slow reader: result.json)."""
-    from gpufix.record.layout import iter_chunks
+    from gpufix.record.layout import RESULT
     from gpufix.series import Sample
 
     per_second: dict[int, int] = {}
-    for chunk in iter_chunks(record_dir):
+    for chunk in record.chunks():
         per_second[int(chunk.time_s)] = per_second.get(int(chunk.time_s), 0) + chunk.length
     if not per_second:
         return {}
-    index = os.path.join(record_dir, "output.idx")
     last = max(per_second)
-    out = {"output.bytes_per_s": [Sample(float(t), float(per_second.get(t, 0)), None, index, 0) for t in range(last + 1)]}
-    blocked = _output_blocked(os.path.join(record_dir, "result.json"))
+    out = {"output.bytes_per_s": [Sample(float(t), float(per_second.get(t, 0)), None, record.output_index, 0)
+                                  for t in range(last + 1)]}
+    blocked = _output_blocked(record.result)
     if blocked:
-        result = os.path.join(record_dir, "result.json")
-        out["output.blocked_frac"] = [Sample(float(t), min(1.0, blocked.get(t, 0.0)), None, result, 0)
+        out["output.blocked_frac"] = [Sample(float(t), min(1.0, blocked.get(t, 0.0)), None, record.file(RESULT), 0)
                                       for t in range(max(last, max(blocked)) + 1)]
     return out
 
 
-def _output_blocked(result_path: str) -> dict[int, float]:
-    import json
-
-    if not os.path.isfile(result_path):
-        return {}
+def _output_blocked(result: dict[str, object]) -> dict[int, float]:
     try:
-        with open(result_path, encoding="utf-8") as f:
-            raw = json.load(f).get("output_blocked_s") or {}
-        return {int(second): float(waited) for second, waited in raw.items()}
-    except (OSError, ValueError, AttributeError, TypeError):
+        raw = result.get("output_blocked_s") or {}
+        return {int(second): float(waited) for second, waited in raw.items()}  # type: ignore[attr-defined]
+    except (ValueError, AttributeError, TypeError):
         return {}
 
 
-def _add_probe(evidence: Evidence, probe_dir: str, scanner: LogScanner) -> None:
-    from gpufix.probe.read import nonfinite_lines, read_probe_exceptions, read_probe_facts, read_probe_series
+def _add_probe(evidence: Evidence, record: Record, scanner: LogScanner) -> None:
+    from gpufix.probe.read import nonfinite_lines, read_probe_exceptions, read_probe_series
     from gpufix.series import Sample
 
+    probe_dir = record.probe_dir
     _add_series(evidence, read_probe_series(probe_dir))
     for path, lines in nonfinite_lines(probe_dir).items():
         evidence.merge(_scan_at_lines(scanner, lines, path))
-    facts = read_probe_facts(probe_dir)
+    facts = record.probe_facts
     if facts.get("found"):
         if facts.get("torch"):
             evidence.facts.setdefault("torch_version", str(facts["torch"]))
@@ -317,7 +298,7 @@ def explain_record_output(record_dir: str, output: bytes, ruleset: RuleSet, note
     """Diagnose a record whose output.log is incomplete from the output itself (what `gpufix run`
     kept in memory), with the record's measurements; its lines are quoted as output.log's."""
     scanner = LogScanner.for_rules(ruleset)
-    evidence = scanner.scan_bytes(output, os.path.join(record_dir, "output.log"))
+    evidence = scanner.scan_bytes(output, os.path.join(record_dir, OUTPUT_LOG))
     add_record_evidence(evidence, record_dir, scanner)
     notes = list(ruleset.notes) + evidence.notes + [note]
     return Diagnosis(diagnose(evidence, ruleset, notes), evidence, notes)

@@ -22,7 +22,7 @@ import sys
 import time
 
 from gpufix.record import RunRecord
-from gpufix.record.layout import default_name, record_parent
+from gpufix.record.layout import META, PROBE, TELEMETRY, default_name, record_parent
 from gpufix.supervise.spawn import original_environ
 from gpufix.supervise.supervisor import Supervisor
 
@@ -196,13 +196,13 @@ def _has_measurements(record_dir: str) -> bool:
     """Whether the record holds GPU samples (a machine without GPUs records host lines only) or
     what the probe measured inside the job (it writes only once torch was imported)."""
     try:
-        with open(os.path.join(record_dir, "telemetry.jsonl"), "rb") as f:
+        with open(os.path.join(record_dir, TELEMETRY), "rb") as f:
             if b'"gpu":' in f.read(1 << 16):
                 return True
     except OSError:
         pass
     try:
-        return any(name.startswith("probe-") for name in os.listdir(os.path.join(record_dir, "probe")))
+        return any(name.startswith("probe-") for name in os.listdir(os.path.join(record_dir, PROBE)))
     except OSError:
         return False
 
@@ -269,7 +269,7 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
 
     interrupted_by = interruption(result)
     how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None, interrupted_by)
-    has_meta = os.path.isfile(os.path.join(record.path, "meta.json"))
+    has_meta = os.path.isfile(os.path.join(record.path, META))
     try:
         lost = record.output.dropped_bytes or record.output.failed or record.output.incomplete
         if lost and kept is not None and kept.size:
@@ -328,7 +328,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
     if probe is not None and record is not None:
         from gpufix.probe import probe_environb
 
-        probe_dir = os.path.join(record.path, "probe")
+        probe_dir = os.path.join(record.path, PROBE)
         try:
             os.mkdir(probe_dir, 0o700)
             env = probe_environb(env, probe_dir, memory_history=probe)
@@ -443,7 +443,7 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | N
         return
     record.output.close()
     try:  # a job that never imported torch leaves the probe's folder empty: keep records tidy
-        os.rmdir(os.path.join(record.path, "probe"))
+        os.rmdir(os.path.join(record.path, PROBE))
     except OSError:
         pass
     from gpufix.record.meta import utc_iso

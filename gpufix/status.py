@@ -9,7 +9,6 @@ and data-wait fraction per rank, per-GPU summaries of utilisation, memory, tempe
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shlex
@@ -21,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufix.errors import GpufixError, InputError
+from gpufix.record.layout import OUTPUT_INDEX, OUTPUT_LOG, PROBE, TELEMETRY
 from gpufix.record.meta import supervisor_alive
+from gpufix.record.reader import Record, RecordTelemetry, is_record, line_kind
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 POINTS = 40  # values kept per series for its sparkline
@@ -100,16 +101,8 @@ def _summary(points: list[tuple[float, float]]) -> dict[str, Any] | None:
 # Finding a record
 
 
-def is_record(path: str | Path) -> bool:
-    """A record folder: it has `meta.json` (output.log may not be there yet at the very start)."""
-    return os.path.isfile(os.path.join(path, "meta.json"))
-
-
 def _start_key(path: Path) -> tuple[str, float]:
-    try:
-        start = str(json.loads((path / "meta.json").read_text(encoding="utf-8")).get("start_utc") or "")
-    except (OSError, ValueError, AttributeError):
-        start = ""
+    start = str(Record(path).meta.get("start_utc") or "")
     try:
         mtime = path.stat().st_mtime
     except OSError:
@@ -136,10 +129,8 @@ def find_record(record: str | None, parent: str) -> Path:
         if is_record(path):
             return path
         inner = newest_record(path) if path.is_dir() else None
-        if inner is None:
-            raise InputError(f"{record} is not a run record (no meta.json)",
-                             hint="pass a folder made by `gpufix run` (it holds meta.json and output.log)")
-        return inner
+        # neither a record nor a folder of them: Record.open raises, saying which file is missing
+        return inner if inner is not None else Path(Record.open(record).path)
     found = newest_record(parent)
     if found is None:
         raise InputError(f"no run record under {parent}",
@@ -149,14 +140,6 @@ def find_record(record: str | None, parent: str) -> Path:
 
 # ---------------------------------------------------------------------------------------------
 # Reading it
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _unix(stamp: Any) -> float | None:
@@ -170,7 +153,7 @@ def _unix(stamp: Any) -> float | None:
 
 def _last_write(record: Path) -> float | None:
     times = []
-    for path in (record / "output.log", record / "telemetry.jsonl", record / "output.idx", *record.glob("probe/*.jsonl")):
+    for path in (record / OUTPUT_LOG, record / TELEMETRY, record / OUTPUT_INDEX, *record.glob(f"{PROBE}/*.jsonl")):
         try:
             times.append(path.stat().st_mtime)
         except OSError:
@@ -216,27 +199,20 @@ def _run_info(record: Path, meta: dict[str, Any], result: dict[str, Any], now: f
     }
 
 
-def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per-GPU summaries and telemetry notes from telemetry.jsonl."""
-    if not telemetry.is_file():
-        return [], []
-    from gpufix.telemetry.replay import iter_lines
-    from gpufix.telemetry.series import JobGpus
-
+def _gpus(telemetry: RecordTelemetry) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per-GPU summaries and telemetry notes from telemetry.jsonl: every GPU's, the job's marked."""
     per_gpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
     last_of: dict[str, dict[str, float]] = {}
     notes: list[str] = []
-    seen = JobGpus()
     names: dict[str, str] = {}
     xids: dict[str, list[dict[str, Any]]] = {}
-    for _line, t, obj in iter_lines(str(telemetry)):
-        if "processes" in obj:
-            seen.add(obj)
-        elif obj.get("event") == "xid" and isinstance(obj.get("xid"), int):
+    for _line, t, obj in telemetry.lines:
+        kind = line_kind(obj)
+        if kind == "xid":
             xids.setdefault(str(obj.get("gpu")), []).append({"t": t, "xid": obj["xid"]})
-        elif isinstance(obj.get("gpus"), list):
+        elif kind == "gpus":
             names.update((str(g.get("gpu")), str(g["name"])) for g in obj["gpus"] if isinstance(g, dict) and g.get("name"))
-        elif "gpu" in obj and "event" not in obj:
+        elif kind == "sample":
             gpu = str(obj["gpu"])
             fields = per_gpu.setdefault(gpu, {})
             for field in (*GPU_FIELDS, "memory_total_mib", "power_limit_w"):
@@ -244,9 +220,9 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 if value is not None:
                     fields.setdefault(field, []).append((t, value))
                     last_of.setdefault(gpu, {})[field] = value
-        elif isinstance(obj.get("note"), str):
+        elif kind == "note":
             notes.append(obj["note"])
-    job = {str(g) for g in seen.result() or ()}  # empty: the record does not say
+    job = {str(g) for g in telemetry.job_gpus or ()}  # empty: the record does not say
     out = []
     for gpu in sorted(per_gpu, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g)):
         fields = per_gpu[gpu]
@@ -261,9 +237,9 @@ def _gpus(telemetry: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return out, notes
 
 
-def _training(probe_dir: Path) -> list[dict[str, Any]]:
+def _training(probe_dir: str) -> list[dict[str, Any]]:
     """Per rank: steps, recent step rate and data-wait fraction, and their values over time."""
-    if not probe_dir.is_dir():
+    if not os.path.isdir(probe_dir):
         return []
     from gpufix.probe.read import iter_records, probe_files
 
@@ -312,19 +288,17 @@ def _training(probe_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _findings(record: Path, result: dict[str, Any], ruleset: Any) -> tuple[list[dict[str, Any]], list[str]]:
+def _findings(record: Record, ruleset: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """Codes, titles and messages of what `explain` finds in the record now."""
     from gpufix.explain import explain
     from gpufix.rules.loader import load_ruleset
 
-    if not (record / "output.log").is_file():
-        return [], []
     try:
-        diagnosis = explain([str(record)], ruleset if ruleset is not None else load_ruleset())
+        diagnosis = explain([record.path], ruleset if ruleset is not None else load_ruleset())
     except InputError:
         return [], []  # nothing written or measured yet
     except GpufixError as exc:
-        kept = [f for f in result.get("findings") or [] if isinstance(f, dict)]
+        kept = [f for f in record.result.get("findings") or [] if isinstance(f, dict)]
         return ([{k: f.get(k) for k in ("code", "title", "message", "severity", "category")} for f in kept],
                 [f"cannot diagnose the record now ({exc.message}); findings from result.json"])
     return ([{"code": f.code, "title": f.title, "message": f.message, "severity": f.severity, "category": f.category}
@@ -333,16 +307,11 @@ def _findings(record: Path, result: dict[str, Any], ruleset: Any) -> tuple[list[
 
 def status(record_dir: str | Path, ruleset: Any = None, now: float | None = None) -> dict[str, Any]:
     """Everything `gpufix status` shows about one record, as plain data (see the module doc)."""
-    record = Path(record_dir)
-    if not is_record(record):
-        raise InputError(f"{record} is not a run record (no meta.json)",
-                         hint="pass a folder made by `gpufix run` (it holds meta.json and output.log)")
-    meta = _read_json(record / "meta.json")
-    result = _read_json(record / "result.json")
-    run = _run_info(record, meta, result, time.time() if now is None else now)
-    gpus, notes = _gpus(record / "telemetry.jsonl")
-    findings, finding_notes = _findings(record, result, ruleset)
-    return {"run": run, "training": _training(record / "probe"), "gpus": gpus, "telemetry_notes": notes,
+    record = Record.open(Path(record_dir))  # NotARecordError (exit 2) when it is none
+    run = _run_info(Path(record.path), record.meta, record.result, time.time() if now is None else now)
+    gpus, notes = _gpus(record.telemetry)
+    findings, finding_notes = _findings(record, ruleset)
+    return {"run": run, "training": _training(record.probe_dir), "gpus": gpus, "telemetry_notes": notes,
             "findings": findings, "notes": finding_notes}
 
 

@@ -1,29 +1,20 @@
 """Reading back what `gpufix confirm` stored in a record: `<record>/experiments/results.json`.
 
-Kept apart from confirm.py (standard library only) so that `gpufix explain RECORD` can show the
-verdicts beside the findings without loading the experiments.
+Kept apart from confirm.py (nothing heavy) so that `gpufix explain RECORD` can show the verdicts
+beside the findings without loading the experiments.
 """
 
 from __future__ import annotations
 
-import json
 import os
+
+from gpufix.record.reader import json_object
 
 RESULTS = "results.json"
 
 
 def results_path(record_dir: str) -> str:
     return os.path.join(record_dir, "experiments", RESULTS)
-
-
-def json_object(path: str | os.PathLike) -> dict:  # type: ignore[type-arg]
-    """A JSON file's object, or {} when it is missing, unreadable or not an object."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def read_results(record_dir: str) -> dict | None:  # type: ignore[type-arg]

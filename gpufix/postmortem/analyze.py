@@ -23,7 +23,7 @@ from gpufix.safeio import not_regular
 from gpufix.postmortem.scan import with_rank
 from gpufix.postmortem.telemetry import read_samples, summarise
 from gpufix.postmortem.times import file_mtime, iso, parse_iso, parse_line_time
-from gpufix.record.layout import OUTPUT_LOG
+from gpufix.record.layout import META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY
 from gpufix.rules.model import RuleSet
 
 FAILING_SEVERITIES = ("error", "critical")
@@ -104,8 +104,8 @@ class RunReport:
         }
 
 
-_RECORD_FILES = ("meta.json", "result.json", "output.idx", "telemetry.jsonl")
-_RECORD_FOLDERS = ("stacks", "probe")
+_RECORD_FILES = (META, RESULT, OUTPUT_INDEX, TELEMETRY)
+_RECORD_FOLDERS = (STACKS, PROBE)
 
 
 def record_hazards(record_dir: str) -> list[str]:

@@ -8,13 +8,11 @@ since the job started, as in older or replayed files) is placed after the record
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 from typing import Any
 
 from gpufix.postmortem.times import from_unix, iso
 
-TELEMETRY_FILE = "telemetry.jsonl"
 METRICS = ("memory_used_mib", "util_gpu_pct", "temperature_c", "power_w")
 _UNIX_FLOOR = 1e9  # 2001: anything smaller is relative to the job's start
 
@@ -23,24 +21,12 @@ def read_samples(record_dir: str, started: datetime | None = None) -> list[dict[
     """The GPU samples and Xid events (`"event": "xid"`) of a record's telemetry.jsonl in file
     order, of the job's GPUs only where the record names them (docs/run-record.md); [] when
     there is none."""
-    from gpufix.telemetry.replay import iter_lines
-    from gpufix.telemetry.series import JobGpus
+    from gpufix.record.reader import Record
 
-    path = os.path.join(record_dir, TELEMETRY_FILE)
-    if not os.path.isfile(path):
-        return []
-    seen = JobGpus()
-    found = []
     try:
-        for _line, _t, obj in iter_lines(path):
-            if "processes" in obj:
-                seen.add(obj)
-            elif isinstance(obj.get("gpu"), int) and obj.get("event", "xid") == "xid":
-                found.append(obj)
+        return Record(record_dir).telemetry.gpu_lines()
     except OSError:
         return []
-    job = seen.result()
-    return [obj for obj in found if obj["gpu"] in job] if job else found
 
 
 def sample_time(sample: dict[str, Any], started: datetime | None) -> datetime | None:

@@ -1,6 +1,7 @@
 """Run records: one folder per `gpufix run`, written while the job runs (layout: docs/run-record.md).
 
-    record.layout   names, creation, reading back (`is_record_dir`, `read_stream`, `iter_chunks`)
+    record.layout   names, creation, reading the output back (`is_record_dir`, `read_stream`, `iter_chunks`)
+    record.reader   `Record`: one object over a finished or running record, for every command
     record.writer   output.log + output.idx, appended chunk by chunk
     record.meta     meta.json / result.json content, git and package probes
 """
@@ -10,11 +11,12 @@ from __future__ import annotations
 import os
 
 from gpufix.record.layout import META, OUTPUT_LOG, RESULT, create_record_dir, is_record_dir
-from gpufix.record.writer import OutputRecorder
 
 TYPE_CHECKING = False  # `gpufix run` imports this before the job starts: keep it light
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    from gpufix.record.writer import OutputRecorder
 
 __all__ = ["RunRecord", "is_record_dir"]
 
@@ -23,10 +25,13 @@ class RunRecord:
     """An open record folder: its output writer and its metadata, each write failure a warning."""
 
     def __init__(self, path: str, warn: Callable[[str], None], ephemeral: bool = False) -> None:
+        # imported here, so that reading a record (gpufix.record.reader) does not load the writer
+        from gpufix.record.writer import OutputRecorder
+
         self.path = path
         self.ephemeral = ephemeral  # a temporary record for the diagnosis only, removed at the end
         self._warn = warn
-        self.output = OutputRecorder(path, warn)
+        self.output: OutputRecorder = OutputRecorder(path, warn)
         self.meta: dict[str, object] = {}
 
     @classmethod

@@ -1,7 +1,7 @@
 """Where a run record lives and what its files are called; reading a record back.
 
-The layout is documented in docs/run-record.md; later commands (post-mortem, experiments) read
-records through these helpers rather than hard-coding file names.
+The layout is documented in docs/run-record.md; file names are spelled here only. Later commands
+read a record through `gpufix.record.reader.Record`, which builds on these helpers.
 """
 
 from __future__ import annotations
@@ -21,14 +21,18 @@ META = "meta.json"
 RESULT = "result.json"
 OUTPUT_LOG = "output.log"
 OUTPUT_INDEX = "output.idx"
+TELEMETRY = "telemetry.jsonl"
+STACKS = "stacks"  # folder: stack dumps of a hang or of `gpufix stacks`
+PROBE = "probe"  # folder: what the in-job probe wrote (docs/probe.md)
 FORMAT_VERSION = 1
 
 NAME_SAFE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 NAME_MAX_CHARS = 40
 
 
-def is_record_dir(path: str) -> bool:
-    """A run record is a directory holding `meta.json` and `output.log`."""
+def is_record_dir(path: str | os.PathLike[str]) -> bool:
+    """A run record is a directory holding `meta.json` and `output.log` (both writers, `run` and
+    `attach`, create output.log first, so a record is one from its first moment)."""
     return os.path.isfile(os.path.join(path, META)) and os.path.isfile(os.path.join(path, OUTPUT_LOG))
 
 

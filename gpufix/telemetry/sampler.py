@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpufix.record.layout import TELEMETRY as TELEMETRY_FILE
 from gpufix.telemetry.inventory import GpuSample, TelemetrySource, XidEvent
 from gpufix.watchdog.proctree import ProcInfo, TreeUsage, all_procs, gpu_device_minors, job_tree, read_proc
 
-TELEMETRY_FILE = "telemetry.jsonl"
 MIN_INTERVAL_S = 0.1
 PROCESS_EVERY_S = 5.0  # the process list is a dear NVML call, and so is a full /proc scan
 STOP_JOIN_S = 1.0

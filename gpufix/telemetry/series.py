@@ -12,10 +12,10 @@ container.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from gpufix.record.reader import RecordTelemetry
 from gpufix.series import Sample
-from gpufix.telemetry.replay import iter_lines
 
 _GPU_FIELDS = ("util_gpu_pct", "util_mem_pct", "memory_used_mib", "memory_total_mib", "power_w", "power_limit_w",
                "temperature_c", "sm_clock_mhz", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max",
@@ -42,30 +42,28 @@ def telemetry_series(path: str, source: str | None = None) -> dict[str, list[Sam
     return telemetry_evidence(path, source).series
 
 
-def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidence:
-    """One pass over a telemetry.jsonl. Where its process lines show which GPUs the job used (its
-    PIDs in the driver's list, or its open /dev/nvidiaN files), the other GPUs - another user's
-    jobs on a shared node - are left out: their idling, throttling or Xids are not this job's."""
+def telemetry_evidence(telemetry: str | RecordTelemetry, source: str | None = None) -> TelemetryEvidence:
+    """One pass over a telemetry.jsonl (a path, or as a record's reader read it), of the job's
+    GPUs only where its process lines show which they were (gpufix.record.reader.RecordTelemetry):
+    another user's idling, throttling or Xids on a shared node are not this job's."""
+    if isinstance(telemetry, str):
+        telemetry = RecordTelemetry.read(telemetry)
     out: dict[str, list[Sample]] = {}
-    label = source or path
-    seen = JobGpus()
+    label = source or telemetry.path
     pci: dict[int, tuple[str, str]] = {}  # GPU index -> (PCI bus id, name)
     xids: list[tuple[int, float, int | None, int]] = []
 
     def add(name: str, t: float, value: float, group: str | None, line: int) -> None:
         out.setdefault(name, []).append(Sample(t, float(value), group, label, line))
 
-    for line, t, obj in iter_lines(path):
-        if "processes" in obj:
-            seen.add(obj)
-        elif obj.get("event") == "xid":
-            if isinstance(obj.get("xid"), int):
-                xids.append((line, t, obj.get("gpu") if isinstance(obj.get("gpu"), int) else None, obj["xid"]))
-        elif isinstance(obj.get("gpus"), list):
+    for line, t, obj, kind in telemetry.job_lines:
+        if kind == "xid":
+            xids.append((line, t, obj.get("gpu") if isinstance(obj.get("gpu"), int) else None, obj["xid"]))
+        elif kind == "gpus":
             for g in obj["gpus"]:
                 if isinstance(g, dict) and isinstance(g.get("gpu"), int) and isinstance(g.get("pci_bus_id"), str):
                     pci[g["gpu"]] = (g["pci_bus_id"], str(g.get("name") or ""))
-        elif "gpu" in obj and "event" not in obj:
+        elif kind == "sample":
             group = str(obj["gpu"])
             for field in _GPU_FIELDS:
                 value = obj.get(field)
@@ -81,40 +79,13 @@ def telemetry_evidence(path: str, source: str | None = None) -> TelemetryEvidenc
             if isinstance(reasons, list):
                 for name, flags in _THROTTLE_FLAGS.items():
                     add(name, t, 1.0 if any(r in flags for r in reasons) else 0.0, group, line)
-        elif isinstance(obj.get("host"), dict):
+        elif kind == "host":
             for field in ("cpu_pct", "rss_mib"):
                 value = obj["host"].get(field)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     add(f"host.{field}", t, value, None, line)
-    job = seen.result()
-    if job:
-        keep = {str(g) for g in job}
-        out = {name: [x for x in samples if x.group is None or x.group in keep] for name, samples in out.items()}
-    lines = [(line, _xid_line(gpu, xid, pci.get(gpu) if gpu is not None else None, t))
-             for line, t, gpu, xid in xids if not job or gpu is None or gpu in job]
-    return TelemetryEvidence(out, job, [(n, text) for n, text in lines if text])
-
-
-class JobGpus:
-    """The GPUs the record's `processes` lines say the job used. By PID where the driver named the
-    job's processes; only where it never did (a container's PID namespace) by the device files the
-    job held open, which name every GPU CUDA let it see (all of them, early in a run, before the
-    driver lists the process)."""
-
-    def __init__(self) -> None:
-        self.by_pid: set[int] = set()
-        self.by_files: set[int] = set()
-
-    def add(self, obj: dict[str, Any]) -> None:
-        procs, files = obj.get("processes"), obj.get("device_files")
-        if isinstance(procs, list):
-            self.by_pid.update(p["gpu"] for p in procs if isinstance(p, dict) and isinstance(p.get("gpu"), int))
-        if isinstance(files, list):
-            self.by_files.update(g for g in files if isinstance(g, int) and not isinstance(g, bool))
-
-    def result(self) -> frozenset[int] | None:
-        """None when the record does not say."""
-        return frozenset(self.by_pid or self.by_files) or None
+    lines = [(line, _xid_line(gpu, xid, pci.get(gpu) if gpu is not None else None, t)) for line, t, gpu, xid in xids]
+    return TelemetryEvidence(out, telemetry.job_gpus, [(n, text) for n, text in lines if text])
 
 
 def _xid_line(gpu: int | None, xid: int, where: tuple[str, str] | None, t: float) -> str | None:
