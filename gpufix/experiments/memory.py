@@ -163,24 +163,23 @@ class MixedPrecisionRerun(Experiment):
               "trial_timeout_s": (float, 120.0, "the most one trial may take")}
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
-        size, _source = original_batch_size(ctx)
-        if size is None:
-            return Skip(self.name, finding["code"], _reason_no_size(ctx))
+        size, _source = original_batch_size(ctx)  # None: the job's own batches, as it runs them
         if ctx.facts.get("precision") in ("bf16", "fp16", "mixed"):
             return Skip(self.name, finding["code"], f"the run already used {ctx.facts.get('precision')} autocast")
         params = self.with_defaults(params)
-        return Plan(self.name, finding["code"], f"re-run {params['steps']} steps at batch size {size} with and without "
-                    f"autocast {params['dtype']} around the model's forward", 2 * _trial_estimate(ctx), ctx.gpu,
+        at = f"at batch size {size}" if size else "as the job runs them"
+        return Plan(self.name, finding["code"], f"re-run {params['steps']} steps {at} with and without autocast "
+                    f"{params['dtype']} around the model's forward", 2 * _trial_estimate(ctx), ctx.gpu,
                     {"autocast": params["dtype"]}, {**params, "batch_size": size})
 
     def run(self, ctx: Context, plan: Plan) -> Result:
         started = time.monotonic()
         size, steps, dtype = plan.params["batch_size"], plan.params["steps"], plan.params["dtype"]
-        knobs, argv = batch_size_change(ctx, size)
-        ctx.progress(f"{self.name}: batch size {size} in full precision")
+        knobs, argv = batch_size_change(ctx, size) if size else ({}, None)
+        ctx.progress(f"{self.name}: full precision")
         full = run_trial(ctx, self.name, "full", {**knobs, "stop_after_steps": steps},
                          budget_s=plan.params["trial_timeout_s"], argv=argv)
-        ctx.progress(f"{self.name}: batch size {size} under autocast {dtype}")
+        ctx.progress(f"{self.name}: autocast {dtype}")
         mixed = run_trial(ctx, self.name, dtype, {**knobs, "stop_after_steps": steps, "autocast": dtype},
                           budget_s=plan.params["trial_timeout_s"], argv=argv)
         applied = (mixed.knobs.get("applied") or {}).get("autocast")
@@ -196,13 +195,13 @@ class MixedPrecisionRerun(Experiment):
         recommendation = {"title": f"Train under torch.autocast with dtype={'torch.bfloat16' if dtype == 'bf16' else 'torch.float16'}",
                           "change": {"autocast": dtype}}
         if full.oom and mixed.completed:
-            return self.result(plan, CONFIRMED, f"batch size {size} runs out of memory in full precision and runs "
+            return self.result(plan, CONFIRMED, f"{_steps_at(size)} run out of memory in full precision and run "
                                f"under autocast {dtype}", measurements, started, recommendation, True)
         if full.oom:
-            return self.result(plan, CONFIRMED, f"batch size {size} runs out of memory with and without autocast "
+            return self.result(plan, CONFIRMED, f"{_steps_at(size)} run out of memory with and without autocast "
                                f"{dtype}: mixed precision alone is not enough (see batch-size-search)",
                                measurements, started, recommendation, False)
-        return self.result(plan, INCONCLUSIVE, f"batch size {size} did not run out of memory in full precision "
+        return self.result(plan, INCONCLUSIVE, f"{_steps_at(size)} did not run out of memory in full precision "
                            "this time: nothing to compare", measurements, started)
 
 
@@ -235,6 +234,10 @@ class MemorySnapshot(Experiment):
         if trial.completed:
             return self.result(plan, INCONCLUSIVE, "the re-run did not run out of memory", measurements, started)
         return self.result(plan, INCONCLUSIVE, f"no snapshot was written: {trial.outcome}", measurements, started)
+
+
+def _steps_at(size: int | None) -> str:
+    return f"steps at batch size {size}" if size else "the job's steps"
 
 
 def _trial_estimate(ctx: Context) -> float:
