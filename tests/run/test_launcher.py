@@ -18,6 +18,7 @@ dist.init_process_group("gloo")
 t = torch.ones(1)
 dist.all_reduce(t)
 print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {t.item():.0f}", flush=True)
+dist.destroy_process_group()  # without it torch 2.13's gloo sometimes aborts at exit ("terminate called"), bare too
 '''
 
 
