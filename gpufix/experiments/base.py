@@ -92,6 +92,11 @@ class Context:
         except (AttributeError, OSError):
             return os.cpu_count() or 1
 
+    def steps_through_failure(self, at_least: int) -> int:
+        """Steps for a re-run to reach where the original run failed: its steps plus one, at least `at_least`."""
+        steps = self.facts.get("steps")
+        return max(at_least, int(steps) + 1) if isinstance(steps, int) and steps < 1000 else at_least
+
     def main_loader(self) -> dict[str, Any] | None:
         """The DataLoader the job trained from: the first whose settings the probe recorded."""
         loaders = [loader for loader in self.facts.get("loaders") or [] if isinstance(loader, dict)]

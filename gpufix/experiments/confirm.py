@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple
 from gpufix.errors import GpufixError
 from gpufix.experiments import registry
 from gpufix.experiments.base import CONFIRMED, INCONCLUSIVE, REFUTED, Context, Plan, Result, Skip
-from gpufix.experiments.results import RESULTS, json_object
+from gpufix.experiments.results import RESULTS
 
 MIN_TIME_TO_START_S = 5.0
 
@@ -46,15 +46,15 @@ class ConfirmReport(NamedTuple):
 def open_context(record_dir: str, budget_s: float, progress: Callable[[str], None],
                  command: list[str] | None = None, batch_size_arg: str | None = None) -> Context:
     """The record, read and checked; raises GpufixError with what to do when it cannot be used."""
-    from gpufix.probe.read import read_probe_facts
-    from gpufix.record.layout import META, RESULT, is_record_dir
+    from gpufix.record.reader import Record, is_record
     from gpufix.redact import REDACTED
 
     record = Path(record_dir).resolve()  # trials run in the job's cwd: every path handed to them is absolute
-    if not record.is_dir() or not is_record_dir(str(record)):
+    if not is_record(str(record)):
         raise GpufixError(f"{record_dir} is not a run record (no meta.json and output.log)",
                           "pass a folder that `gpufix run` wrote, e.g. gpufix-runs/<time>-<name>-<id>")
-    meta, result = json_object(record / META), json_object(record / RESULT)
+    opened = Record(record)
+    meta, result = opened.meta, opened.result
     argv = list(command) if command else [str(a) for a in meta.get("command") or []]
     if not argv:
         raise GpufixError(f"{record_dir}: the record holds no command to re-run", "give it after --: gpufix confirm "
@@ -67,8 +67,7 @@ def open_context(record_dir: str, budget_s: float, progress: Callable[[str], Non
     if not os.path.isdir(cwd):
         raise GpufixError(f"{record_dir}: the run's working directory {cwd or '(unknown)'} is gone",
                           "re-create it, or run the command under gpufix run again")
-    probe = record / "probe"
-    facts = read_probe_facts(probe) if probe.is_dir() else {}
+    facts = opened.probe_facts if opened.has_probe else {}
     return Context(record, meta, result, argv, cwd, facts, budget_s, progress, batch_size_arg)
 
 

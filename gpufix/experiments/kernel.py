@@ -29,12 +29,6 @@ _FORWARD_TRACE = re.compile(r'Traceback of forward call that caused the error:\s
 _TRACE_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)\n\s+(?P<text>.+)')
 
 
-def _steps_to(ctx: Context, default: int) -> int:
-    """Steps to re-run: up to the step where the original run failed, plus one, else `default`."""
-    steps = ctx.facts.get("steps")
-    return max(default, int(steps) + 1) if isinstance(steps, int) and steps < 1000 else default
-
-
 class CpuRerun(Experiment):
     name = "cpu-rerun"
     description = "re-run the failing steps on the CPU, where index errors raise readable exceptions"
@@ -44,7 +38,7 @@ class CpuRerun(Experiment):
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
         params = self.with_defaults(params)
-        steps = _steps_to(ctx, params["steps"])
+        steps = ctx.steps_through_failure(params["steps"])
         return Plan(self.name, finding["code"], f"re-run up to {steps} steps with CUDA hidden "
                     "(CUDA_VISIBLE_DEVICES=''): a script that picks its device from torch.cuda.is_available() runs "
                     "on the CPU", params["trial_timeout_s"] / 2, False, {"CUDA_VISIBLE_DEVICES": ""},
@@ -88,7 +82,7 @@ class LaunchBlockingRerun(Experiment):
             return Skip(self.name, finding["code"], "the run saw no CUDA device: kernel launches cannot be made "
                         "synchronous without one (cpu-rerun works without a GPU)")
         params = self.with_defaults(params)
-        steps = _steps_to(ctx, params["steps"])
+        steps = ctx.steps_through_failure(params["steps"])
         return Plan(self.name, finding["code"], f"re-run up to {steps} steps with CUDA_LAUNCH_BLOCKING=1",
                     params["trial_timeout_s"] / 2, True, {"CUDA_LAUNCH_BLOCKING": "1"}, {**params, "steps": steps})
 
@@ -116,7 +110,7 @@ class AnomalyRerun(Experiment):
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
         params = self.with_defaults(params)
-        steps = _steps_to(ctx, params["steps"])
+        steps = ctx.steps_through_failure(params["steps"])
         return Plan(self.name, finding["code"], f"re-run up to {steps} steps with torch.autograd.set_detect_anomaly"
                     "(True)", params["trial_timeout_s"] / 2, ctx.gpu, {"detect_anomaly": True},
                     {**params, "steps": steps})
@@ -148,7 +142,9 @@ def _forward_line(output: str) -> str | None:
     trace = _FORWARD_TRACE.search(output)
     if not trace:
         return None
-    frames = [m for m in _TRACE_FRAME.finditer(trace.group("trace")) if "site-packages" not in m.group("file")]
+    from gpufix.watchdog.analyze import is_user_file
+
+    frames = [m for m in _TRACE_FRAME.finditer(trace.group("trace")) if is_user_file(m.group("file"))]
     if not frames:
         return None
     last = frames[-1]

@@ -89,8 +89,7 @@ class DeterministicRerun(Experiment):
         if not ctx.result.get("exit_status"):
             return Skip(self.name, finding["code"], "the run did not fail: there is no crash to reproduce")
         params = self.with_defaults(params)
-        done = ctx.facts.get("steps")
-        steps = params["steps"] or (int(done) + 1 if isinstance(done, int) and done < 1000 else 20)
+        steps = params["steps"] or ctx.steps_through_failure(1)
         return Plan(self.name, finding["code"], f"re-run up to {steps} steps twice with torch.use_deterministic_"
                     "algorithms, CUBLAS_WORKSPACE_CONFIG=:4096:8 and fixed seeds", params["trial_timeout_s"], ctx.gpu,
                     {"deterministic": True, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}, {**params, "steps": steps})

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpufix.experiments.base import Context, median
-from gpufix.experiments.results import json_object
 
 ENV_KNOBS = "GPUFIX_EXPERIMENT"
 # Loggers that would upload from a re-run: kept local, in the trial's scratch folder.
@@ -33,7 +31,6 @@ OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "COMET_OFFLINE_DIREC
 TERM_GRACE_S = 5.0
 OUTPUT_TAIL_BYTES = 64 * 1024
 WARMUP_STEPS = 2  # step times of the first steps include worker start-up and lazy initialisation
-_USER_FRAME_EXCLUDE = re.compile(r"[/\\](?:site-packages|dist-packages|lib[/\\]python\d[\d.]*|_gpufix_probe)[/\\]")
 
 
 class Trial(NamedTuple):
@@ -164,16 +161,18 @@ def _failed(label: str, why: str, duration_s: float) -> Trial:
 
 def read_trial(label: str, parent: Path, timed_out: bool, duration_s: float) -> Trial:
     """The trial's outcome, from the record `gpufix run` wrote under `parent`."""
-    from gpufix.probe.read import read_probe_exceptions, read_probe_facts, read_probe_knobs
+    from gpufix.probe.read import read_probe_exceptions, read_probe_knobs
+    from gpufix.record.reader import Record, is_record
 
-    records = sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
+    records = sorted(p for p in parent.iterdir() if is_record(str(p))) if parent.is_dir() else []
     if not records:
         return _failed(label, "the re-run left no record", duration_s)
     record = records[-1]
-    result = json_object(record / "result.json")
-    probe = record / "probe"
-    facts = read_probe_facts(probe) if probe.is_dir() else {}
-    knobs = read_probe_knobs(probe) if probe.is_dir() else {}
+    opened = Record(record)
+    result = opened.result
+    probe = Path(opened.probe_dir)
+    facts = opened.probe_facts if opened.has_probe else {}
+    knobs = read_probe_knobs(probe) if opened.has_probe else {}
     step_times, waits = _step_times(probe)
     cuda_peak = facts.get("cuda_peak_mib")
     rss = [p.get("rss_peak_mib") for p in facts.get("processes") or [] if isinstance(p.get("rss_peak_mib"), (int, float))]
@@ -190,7 +189,7 @@ def read_trial(label: str, parent: Path, timed_out: bool, duration_s: float) -> 
         first = exceptions[-1]  # the newest of the chain: what the job died of
         exception = f"{first.short_type}: {first.message.splitlines()[0] if first.message else ''}".rstrip(": ")
         frame = _user_frame(probe)
-    output = _tail(record / "output.log", OUTPUT_TAIL_BYTES)
+    output = _tail(opened.output_log, OUTPUT_TAIL_BYTES)
     status = result.get("exit_status")
     return Trial(label, record, status if isinstance(status, int) else None, timed_out, duration_s,
                  int(facts.get("steps") or 0), knobs.get("stopped"), step_times, waits, peak, kind,
@@ -198,7 +197,7 @@ def read_trial(label: str, parent: Path, timed_out: bool, duration_s: float) -> 
                  exception, frame, knobs, output)
 
 
-def _tail(path: Path, size: int) -> str:
+def _tail(path: str, size: int) -> str:
     try:
         with open(path, "rb") as log:
             log.seek(max(0, log.seek(0, os.SEEK_END) - size))
@@ -235,6 +234,7 @@ def _step_times(probe: Path) -> tuple[list[float], list[float]]:
 def _user_frame(probe: Path) -> str | None:
     """The innermost frame in the user's own files of the job's last exception."""
     from gpufix.probe.read import iter_records, probe_files
+    from gpufix.watchdog.analyze import is_user_file
 
     for path in probe_files(probe):
         for _number, record in iter_records(path):
@@ -244,7 +244,7 @@ def _user_frame(probe: Path) -> str | None:
                 frames = [f for f in item.get("frames") or [] if isinstance(f, dict)]
                 for frame in reversed(frames):
                     name = str(frame.get("file", ""))
-                    if name and not name.startswith("<") and not _USER_FRAME_EXCLUDE.search(name):
+                    if is_user_file(name):
                         text = f"{os.path.basename(name)}:{frame.get('line')} in {frame.get('function')}"
                         return text + (f": {frame['text']}" if frame.get("text") else "")
     return None

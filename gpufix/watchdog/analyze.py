@@ -163,9 +163,14 @@ def _short(frame: Frame) -> str:
     return f"{frame.func} ({name}:{frame.line})"
 
 
-def _own_code(frame: Frame) -> bool:
-    path = (frame.file or "").replace("\\", "/")
-    return bool(path) and not re.search(r"/(?:site-packages|dist-packages|lib/python\d[\d.]*)/|^<", path)
+_LIBRARY_FILE = re.compile(r"/(?:site-packages|dist-packages|lib/python\d[\d.]*|_gpufix_probe)/|^<")
+
+
+def is_user_file(path: str | None) -> bool:
+    """A frame's file is the user's own code: not the standard library, an installed package,
+    gpufix's probe or a `<string>`/`<frozen ...>` pseudo-file."""
+    path = (path or "").replace("\\", "/")
+    return bool(path) and not _LIBRARY_FILE.search(path)
 
 
 def cross_rank(dumps: list[tuple[int, int, str]]) -> list[str]:
@@ -183,7 +188,7 @@ def cross_rank(dumps: list[tuple[int, int, str]]) -> list[str]:
         if op:
             waiting[rank] = op
         else:
-            user = next((f for f in thread.frames if _own_code(f)), thread.frames[0])
+            user = next((f for f in thread.frames if is_user_file(f.file)), thread.frames[0])
             elsewhere[rank] = (pid, _short(user))
     if not waiting or not elsewhere:
         return []

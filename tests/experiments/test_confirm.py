@@ -283,3 +283,40 @@ def test_a_crash_that_comes_back_under_deterministic_reruns_is_a_bug(tmp_path: P
     assert row["verdict"] == "confirmed" and "both deterministic re-runs fail the same way" in row["reason"], row
     assert [t["outcome"] != "ok" for t in row["measurements"]["trials"]] == [True, True]
     assert rc == 0
+
+
+def test_single_process_argv_rewrites_only_a_torchrun_launch() -> None:
+    from gpufix.experiments.collective import single_process_argv
+
+    assert single_process_argv(["torchrun", "--nproc-per-node", "8", "--nnodes=2", "train.py", "--lr", "1"]) == [
+        "torchrun", "--nproc-per-node=1", "--nnodes=1", "train.py", "--lr", "1"]
+    assert single_process_argv([PY, "-m", "torch.distributed.run", "--nproc_per_node", "4", "t.py"]) == [
+        PY, "-m", "torch.distributed.run", "--nproc_per_node=1", "t.py"]
+    assert single_process_argv([PY, "train.py", "--nproc-per-node", "4"]) is None  # the script's own flag
+
+
+def test_placement_and_gpu_health_on_a_machine_without_a_gpu(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "nan_job.py", expect=0)
+    rc, data = confirm(record, "--only", "placement-check", "--only", "gpu-health-check")
+    placement, health = only(data, "placement-check"), only(data, "gpu-health-check")
+    assert placement["verdict"] == "confirmed" and "trains on the CPU" in placement["reason"], placement
+    assert placement["measurements"]["param_devices"] == ["cpu"] and placement["measurements"]["cuda_available"] is False
+    assert health["verdict"] == "inconclusive" and "NVML cannot be read" in health["reason"], health
+    assert rc == 0
+
+
+def test_a_trial_does_not_outlive_a_killed_confirm(tmp_path: Path) -> None:
+    record = failed_run(tmp_path, "oom_batch.py", "64", expect=1)
+    proc = subprocess.Popen([PY, "-m", "gpufix", "confirm", "--yes", "-q", "--only", "batch-size-search", str(record)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(SIM_HANG_AFTER_STEPS="1"))
+    trial = str(record / "experiments" / "batch-size-search" / "bs32")
+    deadline = time.monotonic() + 60
+    while not _job_processes(trial) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _job_processes(trial), "the re-run never started"
+    proc.kill()  # SIGKILL: no handler runs; the trial's death signal (PR_SET_PDEATHSIG) must end it
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while (_job_processes(trial) or _job_processes("oom_batch.py")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _job_processes(trial) and not _job_processes("oom_batch.py")
