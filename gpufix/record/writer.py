@@ -201,6 +201,9 @@ class OutputRecorder:
 
     def _append(self, items: list[tuple[str, bytes, float]], size: int) -> None:
         if not self.enabled:
+            if self.failed:  # queued before the failure, never written: lost like the chunks after it
+                with self._lock:
+                    self.dropped_bytes += size
             return
         try:
             self._write_out([item[1] for item in items], size)
@@ -291,8 +294,8 @@ class OutputRecorder:
 
     def _fail(self, exc: OSError) -> None:
         with self._lock:
+            self.failed = True    # before `enabled`: `write` reads both without the lock
             self.enabled = False
-            self.failed = True
             self._not_full.notify_all()
         self._warn(f"cannot write the run record ({exc.strerror or exc}); recording stopped, the job goes on")
 

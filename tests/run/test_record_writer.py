@@ -185,3 +185,22 @@ def test_the_output_kept_in_memory_is_bounded_head_and_tail() -> None:
     small = OutputTail()
     small.add(b"all\n")
     assert small.data() == b"all\n" and small.describe() == "all of it"
+
+
+def test_chunks_queued_behind_a_failed_write_are_counted_as_lost(tmp_path: Path) -> None:
+    """A write error stops recording; what was already queued behind the failed batch is never
+    written and must be counted too (it was once silently discarded: dropped + written < output)."""
+    def full_disk(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    warnings: list[str] = []
+    recorder = OutputRecorder(str(tmp_path), warnings.append, os_write=full_disk)
+    chunk = b"x" * (3 << 20)  # one chunk a batch (WRITE_BATCH_BYTES is 4 MiB): three failed batches
+    for i in range(3):
+        recorder.write("stdout", chunk, float(i))
+    recorder.write("stderr", b"late\n", 3.0)  # queued as well: the writer thread never started
+    recorder.close()
+    recorder.write("stderr", b"after\n", 4.0)
+    assert recorder.failed and len(warnings) == 1
+    assert recorder.dropped_bytes == 3 * len(chunk) + len(b"late\n") + len(b"after\n")
+    assert (tmp_path / "output.log").stat().st_size == 0
