@@ -1,6 +1,6 @@
 """`python -m gpufix`."""
 
-from gpufix.entry import main
+from gpufix.cli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -17,9 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpufix.watchdog.watchdog import HangReport
+
 from gpufix.errors import InputError
-from gpufix.record.layout import META, OUTPUT_LOG, RESULT, create_record_dir
-from gpufix.record.meta import utc_iso, write_json_atomic
+from gpufix.record import RunRecord
+from gpufix.record.meta import utc_iso
+from gpufix.runner import warn as stderr_warning
 from gpufix.watchdog.monitor import JobMonitor, nvml_source
 from gpufix.watchdog.proctree import cmdline, read_proc
 
@@ -98,20 +103,23 @@ def _alive(pid: int) -> bool:
 
 def attach(pid: int, record_parent: str, log: str | None = None, name: str | None = None,
            interval_s: float = 1.0, hang_timeout_s: float = 600.0, on_hang: str = "wait",
-           source_factory: Callable[[], Any] = nvml_source, report: Callable[[str], None] | None = None,
-           log_from_start: bool = False) -> dict[str, Any]:
-    """Watch `pid` until it ends or we are told to detach (SIGINT/SIGTERM); returns result.json's content."""
+           source_factory: Callable[[], Any] = nvml_source, report: Callable[[HangReport], None] | None = None,
+           log_from_start: bool = False, warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Watch `pid` until it ends or we are told to detach (SIGINT/SIGTERM); returns result.json's content.
+
+    The record is written as `gpufix run` writes one (gpufix.record: output.log with its index,
+    meta.json, result.json) and, when the job has ended, diagnosed as one: its output, telemetry,
+    stack dumps and probe files together."""
     if not _alive(pid):
         raise InputError(f"no running process with pid {pid}", hint="list candidates with: ps -ef | grep python")
     started = time.time()
     command = cmdline(pid)
-    record = create_record_dir(record_parent, name or _name(command, pid), started)
-    out_path = os.path.join(record, OUTPUT_LOG)
-    out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    meta = {"format": 1, "mode": "attach", "status": "running", "job_pid": pid, "gpufix_pid": os.getpid(),
-            "command": command.split(), "log": os.path.abspath(log) if log else None,
-            "record_dir": os.path.abspath(record), "start_utc": utc_iso(started), "end_utc": None}
-    write_json_atomic(os.path.join(record, META), meta)
+    run_record = RunRecord.create(record_parent, name or _name(command, pid), started, warn or stderr_warning)
+    record = run_record.path
+    out_path = run_record.output_log
+    run_record.write_meta({"format": 1, "mode": "attach", "status": "running", "job_pid": pid, "gpufix_pid": os.getpid(),
+                           "command": command.split(), "log": os.path.abspath(log) if log else None,
+                           "record_dir": os.path.abspath(record), "start_utc": utc_iso(started), "end_utc": None})
     try:
         pgid = os.getpgid(pid)
     except OSError:
@@ -127,13 +135,14 @@ def attach(pid: int, record_parent: str, log: str | None = None, name: str | Non
     old = {s: signal.signal(s, detach) for s in (signal.SIGINT, signal.SIGTERM)}
     output_bytes = 0
     try:
+        run_record.output.start()
         monitor.start(AttachedJob(pid, pgid, started, record))
         while detached["signal"] is None:
             ended = not _alive(pid)
             if follower is not None:
                 data = follower.read()
                 if data:
-                    os.write(out_fd, data)
+                    run_record.output.write("stdout", data, time.time() - started)  # a log file: one stream
                     output_bytes += len(data)
             if ended:
                 break
@@ -144,7 +153,7 @@ def attach(pid: int, record_parent: str, log: str | None = None, name: str | Non
         monitor.stop()
         if follower is not None:
             follower.close()
-        os.close(out_fd)
+        run_record.output.close()
     ended_at = time.time()
     result: dict[str, Any] = {
         "mode": "attach", "detached": detached["signal"] is not None, "detach_signal": detached["signal"],
@@ -153,23 +162,24 @@ def attach(pid: int, record_parent: str, log: str | None = None, name: str | Non
         "hangs": [h.to_dict() for h in monitor.hangs], "diagnosed": False, "findings": [], "summary": None,
         "notes": monitor.notes,
     }
-    if result["process_ended"] and output_bytes:
-        result.update(_diagnose(out_path))
+    run_record.write_meta({"status": "finished" if result["process_ended"] else "detached", "end_utc": utc_iso(ended_at)})
+    if result["process_ended"]:
+        run_record.write_result(result)  # the diagnosis reads the record, result.json included
+        result.update(_diagnose(record))
         result["notes"] = monitor.notes + result.get("notes", [])
         result["diagnosed"] = True
-    write_json_atomic(os.path.join(record, RESULT), result)
-    write_json_atomic(os.path.join(record, META), {**meta, "status": "finished" if result["process_ended"] else "detached",
-                                                   "end_utc": utc_iso(ended_at)})
+    run_record.write_result(result)
     result["record_dir"] = record
     return result
 
 
-def _diagnose(path: str) -> dict[str, Any]:
-    from gpufix.explain import explain
+def _diagnose(record_dir: str) -> dict[str, Any]:
+    """The whole record's diagnosis: output, telemetry, stack dumps, probe files."""
+    from gpufix.diagnosis import diagnose_inputs
     from gpufix.rules.loader import load_ruleset
 
     try:
-        return explain([path], load_ruleset()).to_dict()
+        return diagnose_inputs([record_dir], load_ruleset()).to_dict()
     except InputError as exc:
         return {"findings": [], "summary": None, "notes": [exc.message]}
 

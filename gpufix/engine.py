@@ -1,6 +1,6 @@
 """The engine: a pure function from evidence and rules to ordered findings.
 
-    diagnose(evidence, ruleset) -> [root causes..., consequences...]
+    evaluate(evidence, ruleset) -> ([root causes..., consequences...], notes of rules not evaluated)
 
 A rule fires when its `match` group holds over the evidence. Its named groups, derived values
 and lookups fill the message and fixes; fixes whose `when:` guard fails are left out. Then
@@ -231,12 +231,11 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
     )
 
 
-def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = None) -> list[Finding]:
-    """All findings for the evidence, root causes first.
-
-    A rule whose series conditions had too few samples is "not evaluated", never "healthy":
-    it is named in `notes` when a list is given.
-    """
+def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[str]]:
+    """All findings for the evidence, root causes first, and a note for each rule whose series
+    conditions had too few samples: "not evaluated", never "healthy". (gpufix.diagnosis.diagnose
+    wraps this in a Diagnosis.)"""
+    notes: list[str] = []
     order = {source: i for i, source in enumerate(evidence.sources)}
     findings: dict[str, Finding] = {}
     for rule in ruleset.rules:
@@ -247,7 +246,7 @@ def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = Non
             finding = _finding(rule, result, order, evidence.facts)
             if all(conditions.holds(guard, finding.fields) for guard in rule.require):
                 findings[rule.code] = finding
-        elif result.unevaluated and notes is not None:
+        elif result.unevaluated:
             notes.append(f"{rule.code} {rule.name} not evaluated: {'; '.join(result.unevaluated)}")
     covered = {(ref.source, ref.line) for f in findings.values() for ref in f.all_refs}
     uncovered = [e for e in evidence.exceptions if (e.ref.source, e.ref.line) not in covered]
@@ -264,7 +263,7 @@ def diagnose(evidence: Evidence, ruleset: RuleSet, notes: list[str] | None = Non
     specific = {f.category for code, f in findings.items() if not ruleset.by_code[code].family}
     for code in [c for c, f in findings.items() if ruleset.by_code[c].family and f.category in specific]:
         del findings[code]
-    return _order(list(findings.values()), ruleset, order)
+    return _order(list(findings.values()), ruleset, order), notes
 
 
 def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> list[Finding]:

@@ -1,8 +1,8 @@
 """`gpufix run`'s core, without click: run a training command exactly as if gpufix were not there,
 record it, and diagnose it when it fails.
 
-Two parsers call `run_command`: the click command in cli_run.py (help, errors, unusual option
-spellings) and the fast path in entry.py, which parses a plain `gpufix run [OPTIONS] [--]
+Two parsers call `run_command`: the click command in cli/run.py (help, errors, unusual option
+spellings) and the fast path in cli/entry.py, which parses a plain `gpufix run [OPTIONS] [--]
 COMMAND...` by hand, because importing click alone costs about twice Python's own start-up and
 start-up plus tear-down is added to every run. The option names below are the single definition
 both use.
@@ -30,7 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from gpufix.record.meta import PackageProbe
+    from gpufix.record.meta import PackageVersions
     from gpufix.supervise.hooks import Sampler
     from gpufix.supervise.supervisor import JobResult
 
@@ -262,8 +262,8 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
     """Explain the record (output and measurements): the result.json fields and the text for
     stderr. With `only_warnings` (a job that succeeded), the text is empty unless something of
     warning severity or worse was found."""
+    from gpufix.diagnosis import diagnose_inputs, diagnose_record
     from gpufix.errors import InputError
-    from gpufix.explain import explain
     from gpufix.report.run import outcome, render_compact
     from gpufix.rules.loader import load_ruleset
 
@@ -273,20 +273,18 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
     try:
         lost = record.output.dropped_bytes or record.output.failed or record.output.incomplete
         if lost and kept is not None and kept.size:
-            from gpufix.explain import explain_record_output
-
-            diagnosis = explain_record_output(
-                record.path, kept.data(), load_ruleset(),
+            diagnosis = diagnose_record(
+                record.path, load_ruleset(), output=kept.data(), note=
                 f"the run record lost {record.output.dropped_bytes or 'some'} bytes of output; diagnosed from the output "
                 f"gpufix kept in memory ({kept.describe()})")
         else:
-            diagnosis = explain([record.path if has_meta else record.output_log], load_ruleset())
+            diagnosis = diagnose_inputs([record.path if has_meta else record.output_log], load_ruleset())
     except InputError as exc:  # empty or binary output: nothing to match
         return {"findings": [], "summary": None, "notes": [exc.message]}, "" if only_warnings else render_compact([], [], [], how)
     if interrupted_by:
         # Stopped from outside: the KeyboardInterrupt traceback is no program error. What the job
         # was doing when stopped (a hang, a starved loader, a GPU fault) still counts.
-        from gpufix.explain import Diagnosis
+        from gpufix.diagnosis import Diagnosis
 
         remaining = [f for f in diagnosis.findings if f.category != "not_gpu"]
         codes = {f.code for f in remaining}
@@ -294,18 +292,12 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
                                else f for f in remaining], diagnosis.evidence, diagnosis.notes)
     if only_warnings and not any(f.severity in _SHOWN_ON_SUCCESS for f in diagnosis.findings):
         return diagnosis.to_dict(), ""
-    color = sys.stderr.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    from gpufix.report.terminal import to_ansi, use_color
+
+    color = use_color(sys.stderr)
     text = render_compact(diagnosis.findings, diagnosis.evidence.sources, diagnosis.notes, how, color=color,
                           record=None if record.ephemeral else record.path)
-    if color:
-        import io
-
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        Console(file=buffer, force_terminal=True, highlight=False, soft_wrap=True).print(text, end="")
-        text = buffer.getvalue()
-    return diagnosis.to_dict(), text
+    return diagnosis.to_dict(), to_ansi(text) if color else text
 
 
 def run_job(command: list[str], record_parent_dir: str, name: str | None, no_record: bool, verbose: bool,
@@ -336,7 +328,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
             warn(f"cannot create the probe's folder ({exc.strerror or exc}); running without the probe")
     cwd = os.getcwd()
     terminal_kinds = _terminal_kinds()
-    probe: list[PackageProbe] = []
+    probe: list[PackageVersions] = []
 
     def str_env() -> dict[str, str]:
         return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, v in env.items()}
@@ -345,7 +337,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
         # The job runs from here on: what follows costs it nothing (it has its own CPU).
         if record is not None:
             record.output.start()
-        from gpufix.record.meta import PackageProbe, git_info, initial_meta
+        from gpufix.record.meta import PackageVersions, git_info, initial_meta
 
         environ = str_env()
         if record is not None:
@@ -366,7 +358,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
             timer.daemon = True
             delayed["timer"] = timer
             timer.start()
-        probe.append(PackageProbe(None, environ, cwd, argv=command))
+        probe.append(PackageVersions(None, environ, cwd, argv=command))
         probe[0].start()
 
     import threading
@@ -425,7 +417,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
     return result
 
 
-def _finish(record: RunRecord | None, result: JobResult, probe: PackageProbe | None, sampler: Sampler | None,
+def _finish(record: RunRecord | None, result: JobResult, probe: PackageVersions | None, sampler: Sampler | None,
             verbose: bool, kept: OutputTail | None = None) -> None:
     if sampler is not None:
         try:

@@ -290,7 +290,7 @@ def _training(probe_dir: str) -> list[dict[str, Any]]:
 
 def _findings(record: Record, ruleset: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """Codes, titles and messages of what `explain` finds in the record now."""
-    from gpufix.explain import explain
+    from gpufix.diagnosis import diagnose_inputs as explain
     from gpufix.rules.loader import load_ruleset
 
     try:

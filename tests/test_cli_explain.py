@@ -128,7 +128,7 @@ def test_broken_pipe_is_quiet() -> None:
 def test_explain_imports_no_torch_nvml_metadata_yaml_rich_or_typing() -> None:
     code = (
         "import sys\n"
-        "from gpufix.entry import main\n"
+        "from gpufix.cli.entry import main\n"
         "try:\n"
         f"    main(['explain', {str(OOM)!r}])\n"
         "except SystemExit:\n"
@@ -153,7 +153,7 @@ def test_version_and_help() -> None:
 )
 def test_fast_path_and_click_agree(args: list[str], tmp_path: Path) -> None:
     """A plain explain is parsed without click; the click command must give the same result."""
-    from gpufix.entry import simple_explain_args
+    from gpufix.cli.explain import simple_args as simple_explain_args
 
     assert simple_explain_args(["explain", *args, str(OOM)]) is not None
     fast = run_gpufix("explain", *args, str(OOM))
@@ -165,7 +165,7 @@ def test_fast_path_and_click_agree(args: list[str], tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["--help"], ["--format"], ["--format", "yaml"], ["--bogus"], ["-x"]])
 def test_anything_unusual_goes_to_click(args: list[str]) -> None:
-    from gpufix.entry import simple_explain_args
+    from gpufix.cli.explain import simple_args as simple_explain_args
 
     assert simple_explain_args(["explain", *args]) is None
     result = run_gpufix("explain", *args)
@@ -177,7 +177,7 @@ def test_a_file_that_cannot_be_opened_is_an_input_error(monkeypatch: pytest.Monk
     """As root every file is readable, so the open() failure is simulated at the boundary."""
     import builtins
 
-    from gpufix import explain as explain_module
+    from gpufix.diagnosis import inputs
     from gpufix.errors import InputError
 
     real_open = builtins.open
@@ -189,7 +189,7 @@ def test_a_file_that_cannot_be_opened_is_an_input_error(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(builtins, "open", refuse)
     with pytest.raises(InputError, match="cannot read: Permission denied"):
-        explain_module._open(str(OOM))
+        inputs.open_input(str(OOM))
 
 
 def test_rules_list_and_show() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufix.engine import diagnose
+from gpufix.diagnosis import diagnose
 from gpufix.logscan import LogScanner
 from gpufix.rules.loader import load_ruleset
 
@@ -34,7 +34,7 @@ def ruleset_from(tmp_path: Path, *rules: str):
 
 def run(ruleset, text: str):
     evidence = LogScanner(ruleset.line_patterns).scan_bytes(text.encode(), "log")
-    return diagnose(evidence, ruleset)
+    return diagnose(evidence, ruleset).findings
 
 
 OOM = rule("TMEM001", "oom", """\

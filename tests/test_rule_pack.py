@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufix.explain import explain
+from gpufix.diagnosis import diagnose_inputs
 from gpufix.logscan import LogScanner
 from gpufix.regex import PatternSet
 from gpufix.rules import GPU_CATEGORIES
@@ -66,7 +66,7 @@ def _fixture_cases() -> list[tuple[Path, dict]]:
 
 @pytest.mark.parametrize("path,expected", _fixture_cases(), ids=lambda v: v.name if isinstance(v, Path) else "")
 def test_fixture_root_cause(pack, path: Path, expected: dict) -> None:
-    findings = explain([str(path)], pack).findings
+    findings = diagnose_inputs([str(path)], pack).findings
     codes = [f.code for f in findings]
     assert codes and codes[0] == expected["root"], f"{path.name}: got {codes}"
     for code in expected.get("also") or ():
@@ -79,7 +79,7 @@ def _healthy() -> list[Path]:
 
 @pytest.mark.parametrize("path", _healthy(), ids=lambda p: p.name)
 def test_healthy_logs_produce_no_finding(pack, path: Path) -> None:
-    findings = explain([str(path)], pack).findings
+    findings = diagnose_inputs([str(path)], pack).findings
     assert [(f.code, f.evidence[0].line if f.evidence else None) for f in findings] == []
 
 

@@ -190,7 +190,7 @@ def test_rules_test_cli_reports_a_failing_example(tmp_path: Path) -> None:
 
 def test_require_guards_a_finding_and_is_validated(tmp_path: Path) -> None:
     """`require`: a rule whose match holds still gives no finding unless its guards hold."""
-    from gpufix.engine import diagnose
+    from gpufix.diagnosis import diagnose
     from gpufix.logscan import LogScanner
 
     text = VALID.replace("message: 'Widget {widget} failed'\n",
@@ -202,8 +202,8 @@ def test_require_guards_a_finding_and_is_validated(tmp_path: Path) -> None:
     assert problems_for(tmp_path, text) == []
     ruleset = load_ruleset([write(tmp_path, text)], builtin=False, use_cache=False)
     scanner = LogScanner.for_rules(ruleset)
-    assert [f.code for f in diagnose(scanner.scan_bytes(b"widget alpha failed\n", "x"), ruleset)] == ["TST001"]
-    assert diagnose(scanner.scan_bytes(b"widget beta failed\n", "x"), ruleset) == []
+    assert [f.code for f in diagnose(scanner.scan_bytes(b"widget alpha failed\n", "x"), ruleset).findings] == ["TST001"]
+    assert diagnose(scanner.scan_bytes(b"widget beta failed\n", "x"), ruleset).findings == []
     bad = VALID.replace("message: 'Widget {widget} failed'\n", "require: colour == red\nmessage: 'Widget {widget} failed'\n")
     assert any("require refers to unknown field 'colour'" in p for p in problems_for(tmp_path, bad))
 
@@ -211,7 +211,7 @@ def test_require_guards_a_finding_and_is_validated(tmp_path: Path) -> None:
 def test_vocabulary_borrows_another_rules_matchers(tmp_path: Path) -> None:
     """`vocabulary: CODE` holds when any of that rule's positive matchers does (whatever else it
     needs): one list of words, written once; unknown codes and chains are errors."""
-    from gpufix.engine import diagnose
+    from gpufix.diagnosis import diagnose
     from gpufix.logscan import LogScanner
 
     lender = VALID.replace("name: test-widget-failure", "name: test-widget-lender").replace(
@@ -228,9 +228,9 @@ def test_vocabulary_borrows_another_rules_matchers(tmp_path: Path) -> None:
     write(folder, borrower, "b.yaml")
     ruleset = load_ruleset([folder], builtin=False, use_cache=False)
     scanner = LogScanner.for_rules(ruleset)
-    assert [f.code for f in diagnose(scanner.scan_bytes(b"gadget one down\n", "x"), ruleset)] == ["TST002"]
+    assert [f.code for f in diagnose(scanner.scan_bytes(b"gadget one down\n", "x"), ruleset).findings] == ["TST002"]
     # TST001 itself needs a second line to fire, but its words alone keep TST002 quiet
-    assert diagnose(scanner.scan_bytes(b"gadget one down\nwidget two failed\n", "x"), ruleset) == []
+    assert diagnose(scanner.scan_bytes(b"gadget one down\nwidget two failed\n", "x"), ruleset).findings == []
     write(folder, borrower.replace("vocabulary: TST001", "vocabulary: TST404"), "b.yaml")
     with pytest.raises(RuleError) as error:
         load_ruleset([folder], builtin=False, use_cache=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufix.engine import diagnose
+from gpufix.diagnosis import diagnose
 from gpufix.evidence import Evidence
 from gpufix.rules.loader import load_ruleset, validate_files
 from gpufix.series import Sample, SeriesCondition, aggregate, evaluate, parse_duration
@@ -100,16 +100,16 @@ def test_a_series_rule_validates_fires_and_reports_not_evaluated(tmp_path: Path)
     ruleset = load_ruleset([str(tmp_path)], builtin=False, use_cache=False)
     evidence = Evidence(["telemetry.jsonl"])
     evidence.series["gpu.util_gpu_pct"] = util([90] * 10 + [12] * 40)
-    findings = diagnose(evidence, ruleset)
+    findings = diagnose(evidence, ruleset).findings
     assert [f.code for f in findings] == ["TGPU001"]
     assert findings[0].message.startswith("GPU 0 averaged 12% utilisation for ")
     assert findings[0].fixes[0].title == "More DataLoader workers (GPU 0 at 12%)"
     assert findings[0].evidence[0].source == "telemetry.jsonl"
     short = Evidence(["telemetry.jsonl"])
     short.series["gpu.util_gpu_pct"] = util([5] * 3)
-    notes: list[str] = []
-    assert diagnose(short, ruleset, notes) == []
-    assert notes == ["TGPU001 gpu-starved not evaluated: 3 sample(s) of gpu.util_gpu_pct, at least 20 needed"]
+    diagnosis = diagnose(short, ruleset)
+    assert diagnosis.findings == []
+    assert diagnosis.notes == ["TGPU001 gpu-starved not evaluated: 3 sample(s) of gpu.util_gpu_pct, at least 20 needed"]
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_a_later_condition_takes_the_group_an_earlier_one_named() -> None:
     evidence.series["probe.num_workers"] = probe([8] * 30, "0") + probe([2] * 30, "3")
     evidence.series["probe.data_wait_s"] = probe([0.01] * 30, "0") + probe([0.2] * 30, "3")
     evidence.series["probe.data_wait_total_s"] = probe([0.3], "0") + probe([6.0], "3")
-    (finding,) = [f for f in diagnose(evidence, ruleset) if f.code == "DAT010"]
+    (finding,) = [f for f in diagnose(evidence, ruleset).findings if f.code == "DAT010"]
     assert finding.fields["rank"] == "3" and finding.fields["workers"] == "2", finding.fields
     assert "Rank 3 spent 60% of each training step waiting for the next batch (median), with num_workers=2" in finding.message
     prefer = SeriesCondition("probe.num_workers", "last", ">=", 0, window_s=None, per="rank", name="workers")

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpufix.entry import EXIT_CLEAN, EXIT_FINDINGS
+from gpufix.cli.output import EXIT_CLEAN, EXIT_FINDINGS
 
 
 @click.command("attach")
@@ -31,17 +31,14 @@ def attach_cmd(pid: int, log: str | None, record_dir: str | None, name: str | No
     When the job ends, its log is diagnosed as `gpufix run` would.
     """
     from gpufix.attach import attach
+    from gpufix.report.run import summary_lines
     from gpufix.record.layout import record_parent
 
     parent = record_parent(record_dir, dict(os.environ))
     click.echo(f"gpufix: attached to pid {pid}; Ctrl-C detaches (the job keeps running)", err=True)
     result = attach(pid, parent, log=log, name=name, interval_s=interval, hang_timeout_s=hang_timeout, on_hang=on_hang)
     how = "detached; the job is still running" if result["detached"] else "the job has ended"
-    lines = [f"gpufix: {how}. Record: {result['record_dir']}"]
-    for finding in result["findings"][:5]:
-        lines.append(f"gpufix: {finding['code']} {finding['message']}")
-        if finding.get("fixes"):
-            lines.append(f"gpufix:   fix: {finding['fixes'][0]['title']}")
+    lines = [f"gpufix: {how}. Record: {result['record_dir']}", *summary_lines(result["findings"])]
     for note in result["notes"]:
         lines.append(f"gpufix: note: {note}")
     click.echo("\n".join(lines), err=True)

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpufix.cli import fail
+from gpufix.cli.output import fail
 from gpufix.errors import GpufixError
 
 

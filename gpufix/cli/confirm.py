@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from gpufix.cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, emit, fail
+from gpufix.cli.output import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, emit, fail
 from gpufix.errors import GpufixError
 
 FORMATS = ("text", "json", "markdown")

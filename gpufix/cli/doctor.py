@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from gpufix.cli import emit, fail, use_color
+from gpufix.cli.output import emit, fail, use_color
 from gpufix.errors import GpufixError
 
 
@@ -20,7 +20,7 @@ def _doctor(python: str | None, fmt: str, quick: bool) -> None:
     passing, the fix. Exit 0 when nothing fails, 1 when something does, 2 on gpufix's own error.
     """
     from gpufix.doctor.core import run_doctor
-    from gpufix.doctor.report import render
+    from gpufix.report.doctor import render
 
     try:
         report = run_doctor(python=python, quick=quick)

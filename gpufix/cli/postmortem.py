@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from gpufix.cli import EXIT_ERROR, emit, fail, rules_option, use_color
+from gpufix.cli.options import rules_option
+from gpufix.cli.output import EXIT_ERROR, emit, fail, use_color
 from gpufix.errors import GpufixError, InputError
 
 FORMATS = ("text", "json", "markdown", "html")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+
 import click
 
-from gpufix.cli import EXIT_ERROR, EXIT_FINDINGS, emit, fail, rules_option, use_color
+from gpufix.cli.options import rules_option
+from gpufix.cli.output import EXIT_ERROR, EXIT_FINDINGS, emit, fail, use_color
 from gpufix.errors import GpufixError, RuleError
 
 
@@ -41,7 +43,7 @@ def list_cmd(category: str | None, rule_dirs: tuple[str, ...]) -> None:
 @rules_option
 def show_cmd(code: str, rule_dirs: tuple[str, ...]) -> None:
     """The documentation of one rule (by code or name)."""
-    from gpufix.rules.docs import render_rule
+    from gpufix.report.rule import render_rule
 
     ruleset = _load(rule_dirs)
     rule = ruleset.get(code) or next((r for r in ruleset.rules if r.name == code), None)

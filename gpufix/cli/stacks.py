@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from gpufix.entry import EXIT_CLEAN, EXIT_FINDINGS
+from gpufix.cli.output import EXIT_CLEAN, EXIT_FINDINGS
 from gpufix.errors import InputError
 from gpufix.record.layout import META, STACKS
 
@@ -56,11 +56,10 @@ def stacks_cmd(target: str, fmt: str) -> None:
         click.echo(json.dumps({"pid": pid, "dumps": [{"pid": d.pid, "path": d.path, "tool": d.tool} for d in dumps],
                                "findings": findings}, indent=2))
     else:
+        from gpufix.report.run import summary_lines
+
         lines = [f"{d.pid}: {d.path}  ({d.tool})" for d in dumps]
-        for f in findings:
-            lines.append(f"{f['code']} {f['message']}")
-            for fix in f.get("fixes", [])[:2]:
-                lines.append(f"  fix: {fix['title']}")
+        lines += summary_lines(findings, prefix="", limit=len(findings), fixes=2)
         if not findings:
             lines.append("no known wait pattern in the stacks")
         click.echo("\n".join(lines))

@@ -9,7 +9,8 @@ import time
 
 import click
 
-from gpufix.cli import EXIT_CLEAN, fail, rules_option
+from gpufix.cli.options import rules_option
+from gpufix.cli.output import EXIT_CLEAN, fail
 from gpufix.errors import GpufixError
 
 WATCH_INTERVAL_S = 2.0

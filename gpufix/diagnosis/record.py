@@ -1,122 +1,30 @@
-"""`gpufix explain`: diagnose pasted tracebacks and log files, offline, without torch or NVML."""
+"""Evidence from a run record: its output, the stack dumps of a hang, and the measurements
+(telemetry, the output rate, the probe's series, facts and exceptions), read through
+`gpufix.record.reader.Record`."""
 
 from __future__ import annotations
 
-import os
-import stat
-import sys
-
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
-    from typing import BinaryIO
-
+    from gpufix.logscan import LogScanner
     from gpufix.record.reader import Record
 
-from gpufix.engine import diagnose
+from gpufix.diagnosis.inputs import open_input, scan
 from gpufix.errors import InputError
 from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
-from gpufix.findings import Finding
-from gpufix.logscan import LogScanner
-from gpufix.record.layout import OUTPUT_LOG
-from gpufix.record.reader import is_record
-from gpufix.rules.model import RuleSet
-
-STDIN = "-"
-BINARY_SNIFF_BYTES = 65536
-BINARY_CONTROL_RATIO = 0.30
-
-
-class Diagnosis:
-    """What `explain` concluded: findings (root cause first) and the evidence behind them."""
-
-    def __init__(self, findings: list[Finding], evidence: Evidence, notes: list[str] | None = None) -> None:
-        self.findings = findings
-        self.evidence = evidence
-        self.notes = list(notes or [])
-
-    @property
-    def root(self) -> Finding | None:
-        return self.findings[0] if self.findings else None
-
-    @property
-    def gpu_related(self) -> bool:
-        return any(f.is_gpu for f in self.findings)
-
-    def to_dict(self) -> dict[str, object]:
-        root = self.root
-        return {
-            "findings": [f.to_dict() for f in self.findings],
-            "summary": {
-                "root_cause": root.code if root else None,
-                "category": root.category if root else None,
-                "gpu_related": self.gpu_related,
-                "finding_count": len(self.findings),
-            },
-            "inputs": {
-                "sources": list(self.evidence.sources),
-                "lines": self.evidence.lines_read,
-                "bytes": self.evidence.bytes_read,
-            },
-            "notes": list(self.notes),
-        }
-
-
-def _looks_binary(head: bytes) -> bool:
-    if not head:
-        return False
-    # Logs may hold a few NULs or invalid UTF-8 bytes; binary files are full of both.
-    # Backspace and form feed are text here: Keras progress bars are a third backspaces.
-    control = sum(1 for b in head if b < 32 and b not in (8, 9, 10, 11, 12, 13, 27)) + head.count(b"\x7f")
-    undecodable = head.decode("utf-8", "replace").count("\ufffd")
-    return (control + undecodable) / len(head) > BINARY_CONTROL_RATIO
-
-
-class _Sniffed:
-    """A binary stream whose first bytes were read to sniff for binary data, then replayed."""
-
-    def __init__(self, stream: BinaryIO, head: bytes) -> None:
-        self.stream, self.head = stream, head
-
-    def read(self, size: int = -1) -> bytes:
-        if self.head:
-            out, self.head = self.head[:size] if size >= 0 else self.head, self.head[size:] if size >= 0 else b""
-            return out
-        return self.stream.read(size)
-
-
-def _scan(scanner: LogScanner, stream: BinaryIO, source: str, sniff: bool = True) -> Evidence:
-    """Scan one input. `sniff`: refuse one that looks binary (a user passing the wrong file); a
-    run record's output is the job's text with whatever binary it printed, and is always scanned."""
-    try:
-        head = stream.read(BINARY_SNIFF_BYTES)
-    except OSError as exc:
-        raise InputError(f"cannot read {source}: {exc.strerror or exc}") from None
-    if sniff and _looks_binary(head):
-        raise InputError(
-            f"{source} looks like binary data, not a log or traceback",
-            hint="pass the text log (for a run record, the log file inside it)",
-        )
-    try:
-        return scanner.scan_stream(_Sniffed(stream, head), source)  # type: ignore[arg-type]
-    except OSError as exc:
-        raise InputError(f"cannot read {source}: {exc.strerror or exc}") from None
-
-
-def _record_output(path: str) -> str:
-    """A `gpufix run` record folder (meta.json + output.log) stands for its output.log."""
-    return os.path.join(path, OUTPUT_LOG) if is_record(path) else path
 
 
 def add_record_evidence(evidence: Evidence, record_dir: str, scanner: LogScanner) -> None:
     """Everything of a record beyond its output.log: stack dumps (a hang: text for the same
-    rules, rules/hangs) and the measurements (`add_record_measurements`)."""
+    rules, rules/hangs), the flight-recorder reading (rules/distributed) and the measurements
+    (`add_record_measurements`)."""
     from gpufix.record.reader import Record
 
     record = Record(record_dir)
-    for dump in record.stack_dumps:
+    for dump in [*record.stack_dumps, *filter(None, [record.flight_report])]:
         try:
-            with _open(dump) as stream:
-                evidence.merge(_scan(scanner, stream, dump))
+            with open_input(dump) as stream:
+                evidence.merge(scan(scanner, stream, dump))
         except InputError as exc:  # one unreadable dump must not hide the rest of the record
             evidence.notes.append(f"{exc} (skipped)")
     add_record_measurements(evidence, record, scanner)
@@ -277,51 +185,3 @@ def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]], fact
         ranks = facts.get("ranks") or [0]
         per_process = loader["cpus_usable"] // max(1, len(ranks))  # type: ignore[arg-type]
         evidence.facts.setdefault("workers_suggested", str(max(1, min(8, per_process - 1))))
-
-
-def _open(path: str) -> BinaryIO:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file", hint="pass a log file, or pipe a traceback: gpufix explain < err.txt") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path} is a directory, not a log file", hint=f"pass the log files inside it, e.g. gpufix explain {path}/*.log")
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-
-
-def explain_record_output(record_dir: str, output: bytes, ruleset: RuleSet, note: str) -> Diagnosis:
-    """Diagnose a record whose output.log is incomplete from the output itself (what `gpufix run`
-    kept in memory), with the record's measurements; its lines are quoted as output.log's."""
-    scanner = LogScanner.for_rules(ruleset)
-    evidence = scanner.scan_bytes(output, os.path.join(record_dir, OUTPUT_LOG))
-    add_record_evidence(evidence, record_dir, scanner)
-    notes = list(ruleset.notes) + evidence.notes + [note]
-    return Diagnosis(diagnose(evidence, ruleset, notes), evidence, notes)
-
-
-def explain(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -> Diagnosis:
-    """Scan each input (`-` is stdin) and diagnose them together, as one failure."""
-    scanner = LogScanner.for_rules(ruleset)
-    evidence = Evidence()
-    for path in paths or [STDIN]:
-        if path == STDIN:
-            stream = stdin if stdin is not None else sys.stdin.buffer
-            evidence.merge(_scan(scanner, stream, "<stdin>"))
-        else:
-            log = _record_output(path)
-            with _open(log) as stream:
-                evidence.merge(_scan(scanner, stream, log, sniff=log == path))
-            if log != path:
-                add_record_evidence(evidence, path, scanner)
-    if evidence.bytes_read == 0 and not evidence.series:
-        raise InputError(
-            "the input is empty: nothing to explain",
-            hint="paste a traceback into `gpufix explain` (end with Ctrl-D) or pass a log file",
-        )
-    notes = list(ruleset.notes) + evidence.notes
-    return Diagnosis(diagnose(evidence, ruleset, notes), evidence, notes)

@@ -1,7 +1,7 @@
 """The doctor checklist: every check, in report order, as one pure function of the collected facts.
 
 The checks themselves live by subject in `checks_gpu`, `checks_env` and `checks_python`; each is a
-pure function from facts (a `GpuInventory`, `HostFacts`, `ProbeResult`s) to a `CheckResult`.
+pure function from facts (a `GpuInventory`, `HostFacts`, `InterpreterReport`s) to a `CheckResult`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from gpufix.doctor import checks_env, checks_gpu, checks_python
 from gpufix.doctor.facts import HostFacts
 from gpufix.doctor.model import CheckResult
-from gpufix.doctor.probe import ProbeResult
+from gpufix.doctor.interpreter import InterpreterReport
 from gpufix.telemetry import GpuInventory
 
 CHECK_IDS = (
@@ -19,7 +19,7 @@ CHECK_IDS = (
 )
 
 
-def run_checks(inv: GpuInventory, host: HostFacts, probe: ProbeResult, smoke: ProbeResult | None,
+def run_checks(inv: GpuInventory, host: HostFacts, probe: InterpreterReport, smoke: InterpreterReport | None,
                smoke_skipped: str | None = None) -> tuple[CheckResult, ...]:
     """All checks, in `CHECK_IDS` order."""
     results = [
@@ -51,7 +51,7 @@ def run_checks(inv: GpuInventory, host: HostFacts, probe: ProbeResult, smoke: Pr
     return tuple(results)
 
 
-def smoke_skip_reason(quick: bool, probe: ProbeResult) -> str | None:
+def smoke_skip_reason(quick: bool, probe: InterpreterReport) -> str | None:
     """Why the smoke test will not run, or None when it should."""
     if quick:
         return "skipped (--quick)"

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from gpufix.doctor.model import FAIL, PASS, WARN, CheckResult, check, skipped
-from gpufix.doctor.probe import ProbeResult
+from gpufix.doctor.interpreter import InterpreterReport
 from gpufix.telemetry import GpuInventory
 
 # PyTorch wheel indexes (https://download.pytorch.org/whl/<tag>), oldest first.
@@ -41,7 +41,7 @@ def _driver_cuda(inv: GpuInventory) -> tuple[int, int] | None:
     return _ver(inv.cuda_driver_version_str) if inv.available else None
 
 
-def check_python(probe: ProbeResult) -> CheckResult:
+def check_python(probe: InterpreterReport) -> CheckResult:
     title = "Target Python"
     py = probe.section("python") or {}
     evidence = [f"{probe.interpreter}: Python {py.get('version', '?')}"] if py else [probe.interpreter]
@@ -58,11 +58,11 @@ def check_python(probe: ProbeResult) -> CheckResult:
     return check("python", title, FAIL, evidence, fix, timed_out=probe.timed_out, stuck_in=stuck)
 
 
-def _torch(probe: ProbeResult) -> dict[str, Any] | None:
+def _torch(probe: InterpreterReport) -> dict[str, Any] | None:
     return probe.section("torch")
 
 
-def check_torch(probe: ProbeResult, inv: GpuInventory) -> CheckResult:
+def check_torch(probe: InterpreterReport, inv: GpuInventory) -> CheckResult:
     title = "PyTorch build"
     t = _torch(probe)
     if t is None:
@@ -104,7 +104,7 @@ def _tdetails(t: dict[str, Any]) -> dict[str, Any]:
     return {"version": t.get("version"), "cuda": t.get("cuda")}
 
 
-def check_cuda_compat(probe: ProbeResult, inv: GpuInventory) -> CheckResult:
+def check_cuda_compat(probe: InterpreterReport, inv: GpuInventory) -> CheckResult:
     """torch.version.cuda against the newest CUDA the driver supports (nvmlSystemGetCudaDriverVersion)."""
     title = "Driver vs torch CUDA version"
     t = _torch(probe) or {}
@@ -163,7 +163,7 @@ def _arch_fix(py: str, cc: tuple[int, int], arch_list: list[str], driver: tuple[
         " (Blackwell GPUs need CUDA 12.8+ builds, and a driver supporting CUDA 12.8)" if cc >= (10, 0) else "")
 
 
-def check_arch(probe: ProbeResult, inv: GpuInventory) -> CheckResult:
+def check_arch(probe: InterpreterReport, inv: GpuInventory) -> CheckResult:
     """torch.cuda.get_arch_list() against each GPU's compute capability."""
     title = "GPU architecture in the torch build"
     t = _torch(probe) or {}
@@ -207,7 +207,7 @@ def cudnn_version_str(v: int | None) -> str | None:
     return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
 
 
-def check_cudnn_nccl(probe: ProbeResult, inv: GpuInventory) -> list[CheckResult]:
+def check_cudnn_nccl(probe: InterpreterReport, inv: GpuInventory) -> list[CheckResult]:
     t = _torch(probe) or {}
     if not t.get("cuda"):
         return [skipped("cudnn", "cuDNN", "no CUDA build of torch"), skipped("nccl", "NCCL", "no CUDA build of torch")]
@@ -231,7 +231,7 @@ def check_cudnn_nccl(probe: ProbeResult, inv: GpuInventory) -> list[CheckResult]
     return [c, n]
 
 
-def check_tensorflow(probe: ProbeResult, inv: GpuInventory) -> CheckResult:
+def check_tensorflow(probe: InterpreterReport, inv: GpuInventory) -> CheckResult:
     title = "TensorFlow"
     tf = probe.section("tensorflow")
     if tf is None or not tf.get("installed"):
@@ -253,7 +253,7 @@ def check_tensorflow(probe: ProbeResult, inv: GpuInventory) -> CheckResult:
     return check("tensorflow", title, PASS, evidence)
 
 
-def check_jax(probe: ProbeResult, inv: GpuInventory) -> CheckResult:
+def check_jax(probe: InterpreterReport, inv: GpuInventory) -> CheckResult:
     title = "JAX"
     jx = probe.section("jax")
     if jx is None or not jx.get("installed"):
@@ -269,7 +269,7 @@ def check_jax(probe: ProbeResult, inv: GpuInventory) -> CheckResult:
     return check("jax", title, PASS, evidence)
 
 
-def check_smoke(smoke: ProbeResult | None, why_skipped: str | None) -> CheckResult:
+def check_smoke(smoke: InterpreterReport | None, why_skipped: str | None) -> CheckResult:
     title = "Smoke test (allocate, matmul, forward+backward)"
     if smoke is None:
         return skipped("smoke", title, why_skipped or "not run")

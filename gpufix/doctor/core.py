@@ -14,15 +14,15 @@ from typing import Callable
 from gpufix.doctor.checks import run_checks, smoke_skip_reason
 from gpufix.doctor.facts import HostFacts, HostReaders, collect_host_facts
 from gpufix.doctor.model import DoctorReport
-from gpufix.doctor.probe import PROBE_TIMEOUT_S, SMOKE_TIMEOUT_S, ProbeResult, run_probe
+from gpufix.doctor.interpreter import INSPECT_TIMEOUT_S, SMOKE_TIMEOUT_S, InterpreterReport, inspect_interpreter
 from gpufix.errors import GpufixError
 from gpufix.telemetry import InventorySource
 
-ProbeRunner = Callable[[str, str, float], ProbeResult]
+ProbeRunner = Callable[[str, str, float], InterpreterReport]
 
 
-def _default_runner(python: str, mode: str, timeout_s: float) -> ProbeResult:
-    return run_probe(python, mode, timeout_s)
+def _default_runner(python: str, mode: str, timeout_s: float) -> InterpreterReport:
+    return inspect_interpreter(python, mode, timeout_s)
 
 
 def resolve_python(python: str | None) -> str:
@@ -42,12 +42,12 @@ def resolve_python(python: str | None) -> str:
     return python
 
 
-def _run_info(result: ProbeResult) -> dict[str, object]:
+def _run_info(result: InterpreterReport) -> dict[str, object]:
     return {"ok": result.ok, "error": result.error, "timed_out": result.timed_out, "stuck_in": result.stuck_in,
             "returncode": result.returncode, "duration_s": result.duration_s}
 
 
-def python_summary(probe: ProbeResult, smoke: ProbeResult | None) -> dict[str, object]:
+def python_summary(probe: InterpreterReport, smoke: InterpreterReport | None) -> dict[str, object]:
     """The `python` object of the JSON report: interpreter, probe run, torch/tensorflow/jax, smoke."""
     info: dict[str, object] = {"interpreter": probe.interpreter, **(probe.section("python") or {})}
     info["probe"] = _run_info(probe)
@@ -64,7 +64,7 @@ def run_doctor(
     readers: HostReaders | None = None,
     host: HostFacts | None = None,
     runner: ProbeRunner | None = None,
-    probe_timeout_s: float = PROBE_TIMEOUT_S,
+    probe_timeout_s: float = INSPECT_TIMEOUT_S,
     smoke_timeout_s: float = SMOKE_TIMEOUT_S,
 ) -> DoctorReport:
     """Run every check and return the report (raises GpufixError only for a bad `--python`)."""

@@ -1,8 +1,8 @@
 """Run the probe script in the target interpreter, with a timeout, and read its answers.
 
-gpufix never imports torch, TensorFlow or JAX itself: `probe_script.py` runs in a subprocess of
+gpufix never imports torch, TensorFlow or JAX itself: `interpreter_script.py` runs in a subprocess of
 the target Python and prints one marked JSON line per section. A hang, crash, missing
-interpreter or garbage output becomes a `ProbeResult` with `error` set, never an exception.
+interpreter or garbage output becomes a `InterpreterReport` with `error` set, never an exception.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import Any
 
 MARK = "@@gpufix-probe "
-PROBE_TIMEOUT_S = 60.0
+INSPECT_TIMEOUT_S = 60.0
 SMOKE_TIMEOUT_S = 120.0
 _TAIL_CHARS = 2000
 
 
 def probe_source() -> str:
     """The probe script's source, passed to the target with `-c`."""
-    return (Path(__file__).with_name("probe_script.py")).read_text(encoding="utf-8")
+    return (Path(__file__).with_name("interpreter_script.py")).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
-class ProbeResult:
+class InterpreterReport:
     """What the target interpreter said.
 
     `sections` maps a section name (`python`, `torch`, `tensorflow`, `jax`, `smoke`) to its data.
@@ -92,8 +92,8 @@ def parse_output(stdout: str) -> tuple[dict[str, Any], str | None, bool]:
     return sections, begun, done
 
 
-def run_probe(interpreter: str, mode: str = "probe", timeout_s: float = PROBE_TIMEOUT_S,
-              env: dict[str, str] | None = None) -> ProbeResult:
+def inspect_interpreter(interpreter: str, mode: str = "probe", timeout_s: float = INSPECT_TIMEOUT_S,
+              env: dict[str, str] | None = None) -> InterpreterReport:
     """Run `interpreter -c <probe> mode`; every failure is described in the result."""
     import time
 
@@ -106,7 +106,7 @@ def run_probe(interpreter: str, mode: str = "probe", timeout_s: float = PROBE_TI
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 env=run_env, start_new_session=True)
     except OSError as exc:
-        return ProbeResult(interpreter, mode, error=f"cannot run {interpreter}: {exc.strerror or exc}")
+        return InterpreterReport(interpreter, mode, error=f"cannot run {interpreter}: {exc.strerror or exc}")
     timed_out = False
     try:
         out_b, err_b = proc.communicate(timeout=timeout_s)
@@ -122,7 +122,7 @@ def run_probe(interpreter: str, mode: str = "probe", timeout_s: float = PROBE_TI
     common = dict(sections=sections, returncode=proc.returncode, stderr_tail=tail, duration_s=duration)
     if timed_out:
         where = f" while in {begun}" if begun else ""
-        return ProbeResult(interpreter, mode, error=f"timed out after {timeout_s:g}s{where}", timed_out=True,
+        return InterpreterReport(interpreter, mode, error=f"timed out after {timeout_s:g}s{where}", timed_out=True,
                            stuck_in=begun, **common)
     if not done:
         last = _last_line(stderr) or _last_line(stdout) or "no output"
@@ -131,8 +131,8 @@ def run_probe(interpreter: str, mode: str = "probe", timeout_s: float = PROBE_TI
             msg = f"did not run the probe (exit {proc.returncode}): {last}"
         else:
             msg = f"crashed{where} (exit {_exit_text(proc.returncode)}): {last}"
-        return ProbeResult(interpreter, mode, error=msg, stuck_in=begun, **common)
-    return ProbeResult(interpreter, mode, **common)
+        return InterpreterReport(interpreter, mode, error=msg, stuck_in=begun, **common)
+    return InterpreterReport(interpreter, mode, **common)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufix.experiments.base import CONFIRMED, INCONCLUSIVE, REFUTED, Context, Experiment, Plan, Result, Skip
-from gpufix.experiments.results import json_object
+from gpufix.record.reader import json_object
 from gpufix.experiments.trial import run_trial
 
 JOB = Path(__file__).with_name("collective_job.py")

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import os
 
-from gpufix.record.reader import json_object
+from gpufix.record.layout import EXPERIMENT_RESULTS
 
-RESULTS = "results.json"
+RESULTS = os.path.basename(EXPERIMENT_RESULTS)  # in the work folder of the experiments, in the record
+from gpufix.record.reader import Record
 
 
 def results_path(record_dir: str) -> str:
-    return os.path.join(record_dir, "experiments", RESULTS)
+    return os.path.join(record_dir, EXPERIMENT_RESULTS)
 
 
 def read_results(record_dir: str) -> dict | None:  # type: ignore[type-arg]
     """The last `gpufix confirm` report stored in a record (its JSON), or None."""
-    return json_object(results_path(record_dir)) or None
+    return Record(record_dir).experiment_results
 
 
 def verdicts_by_finding(data: dict | None) -> dict[str, list[dict]]:  # type: ignore[type-arg]

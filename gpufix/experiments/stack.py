@@ -23,11 +23,11 @@ class CudaSmokeTest(Experiment):
 
     def run(self, ctx: Context, plan: Plan) -> Result:
         from gpufix.doctor.checks_python import check_smoke
-        from gpufix.doctor.probe import SMOKE_TIMEOUT_S, run_probe
+        from gpufix.doctor.interpreter import SMOKE_TIMEOUT_S, inspect_interpreter
 
         started = time.monotonic()
         ctx.progress(f"{self.name}: {ctx.python}")
-        smoke = run_probe(ctx.python, "smoke", timeout_s=min(SMOKE_TIMEOUT_S, max(10.0, ctx.time_left())))
+        smoke = inspect_interpreter(ctx.python, "smoke", timeout_s=min(SMOKE_TIMEOUT_S, max(10.0, ctx.time_left())))
         checked = check_smoke(smoke, None)
         measurements = {"status": checked.status, "evidence": list(checked.evidence), "python": ctx.python,
                         "devices": (smoke.section("smoke") or {}).get("devices") or []}

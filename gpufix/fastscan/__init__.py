@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufix.fastscan.core import FastScanner, LogFile, merge, plan_blocks
+from gpufix.fastscan.core import scan_file
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -20,14 +20,6 @@ if TYPE_CHECKING:
     from gpufix.rules.model import RuleSet
 
 __all__ = ["scan_file", "scan_files"]
-
-
-def scan_file(path: str, ruleset: RuleSet) -> Evidence:
-    """Scan one file in this process; the same Evidence as `LogScanner.scan_stream` gives."""
-    scanner = FastScanner.for_rules(ruleset)
-    with LogFile(path) as mapped:
-        part = scanner.scan_blocks(mapped, plan_blocks(mapped), path)
-    return merge([part], path, mapped.size)
 
 
 def scan_files(paths: Sequence[str], ruleset: RuleSet, jobs: int | None = None) -> dict[str, Evidence]:

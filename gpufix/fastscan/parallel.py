@@ -81,12 +81,12 @@ def scan_files_parallel(paths: Sequence[str], ruleset: RuleSet, jobs: int | None
     unique = list(dict.fromkeys(paths))
     jobs = max(1, jobs or available_cpus())
     if jobs == 1 or not unique:
-        from gpufix.fastscan import scan_file
+        from gpufix.fastscan.core import scan_file
 
         return {path: scan_file(path, ruleset) for path in unique}
     tasks = _plan(unique, jobs)
     if len(tasks) == 1:
-        from gpufix.fastscan import scan_file
+        from gpufix.fastscan.core import scan_file
 
         return {unique[0]: scan_file(unique[0], ruleset)}
     global _WORKER

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpufix.engine import diagnose
+from gpufix.diagnosis import diagnose
 from gpufix.evidence import Evidence
 from gpufix.findings import Finding
 from gpufix.record.meta import supervisor_alive
@@ -23,7 +23,7 @@ from gpufix.safeio import not_regular
 from gpufix.postmortem.scan import with_rank
 from gpufix.postmortem.telemetry import read_samples, summarise
 from gpufix.postmortem.times import file_mtime, iso, parse_iso, parse_line_time
-from gpufix.record.layout import META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY
+from gpufix.record.layout import FLIGHT, META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY
 from gpufix.rules.model import RuleSet
 
 FAILING_SEVERITIES = ("error", "critical")
@@ -105,13 +105,13 @@ class RunReport:
 
 
 _RECORD_FILES = (META, RESULT, OUTPUT_INDEX, TELEMETRY)
-_RECORD_FOLDERS = (STACKS, PROBE)
+_RECORD_FOLDERS = (STACKS, PROBE, FLIGHT)
 
 
 def record_hazards(record_dir: str) -> list[str]:
     """Notes for the files of a record that gpufix would read but that are not regular files (a
     FIFO would block the read for ever, a link to /dev/zero never end): the record's own files
-    and those in `stacks/` and `probe/`. Stack dumps and measurements are read (gpufix.explain)
+    and those in `stacks/` and `probe/`. Stack dumps and measurements are read (gpufix.diagnosis)
     only when there is none."""
     paths = [os.path.join(record_dir, name) for name in _RECORD_FILES]
     for sub in _RECORD_FOLDERS:
@@ -148,12 +148,12 @@ def analyze_run(group: RunGroup, files: list[FileResult], ruleset: RuleSet, wind
         notes.append(f"{group.record_dir}: its stack dumps and measurements were not read (a file in it is not a regular file)")
     elif group.record_dir:
         # What `gpufix run` diagnosed the record from: its stack dumps and measurements too.
-        from gpufix.explain import add_record_evidence
+        from gpufix.diagnosis.record import add_record_evidence
         from gpufix.logscan import LogScanner
 
         add_record_evidence(evidence, group.record_dir, LogScanner.for_rules(ruleset))
         notes += evidence.notes
-    findings = diagnose(evidence, ruleset)
+    findings = diagnose(evidence, ruleset).findings
     record = read_record(group.record_dir) if group.record_dir else {}
     status, exit_status = _status(group, files, findings, record)
     started, ended = time_range(files, record)

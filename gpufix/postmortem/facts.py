@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpufix.explain import BINARY_SNIFF_BYTES, _looks_binary
+from gpufix.diagnosis.inputs import BINARY_SNIFF_BYTES, looks_binary
 from gpufix.safeio import NotRegularFile, open_regular
 from gpufix.postmortem.times import file_mtime, iso, parse_line_time
 
@@ -76,7 +76,7 @@ def file_facts(path: str) -> dict[str, Any]:
     except OSError as exc:  # permission denied, gone: the caller notes it
         return {"error": f"cannot read ({exc.strerror or exc})", "size": 0}
     facts: dict[str, Any] = {"size": size}
-    if _looks_binary(head[:BINARY_SNIFF_BYTES]):
+    if looks_binary(head[:BINARY_SNIFF_BYTES]):
         facts["binary"] = True
         return facts
     mtime = file_mtime(path)

@@ -42,7 +42,7 @@ PROBED_PACKAGES = frozenset({
     "nvidia-ml-py", "pynvml",
 })
 PROBED_PREFIXES = ("nvidia-", "torch-", "cupy-")
-PROBE_TIMEOUT_S = 10.0
+INSPECT_TIMEOUT_S = 10.0
 GIT_HEAD_MAX_BYTES = 4096
 
 # Runs in the job's interpreter: drops the cwd from sys.path (a local json.py must not shadow the
@@ -204,7 +204,7 @@ def job_interpreter(argv: list[str], environ: Mapping[str, str]) -> str | None:
     return shutil.which("python3", path=path)
 
 
-class PackageProbe:
+class PackageVersions:
     """Reads package versions with the job's interpreter in a background thread.
 
     Started a moment after the job (`delay_s`) so it never competes with the job's own
@@ -229,7 +229,7 @@ class PackageProbe:
             return
         self._thread.start()
 
-    def finish(self, wait: bool, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, object] | None:
+    def finish(self, wait: bool, timeout_s: float = INSPECT_TIMEOUT_S) -> dict[str, object] | None:
         """At the job's end: run now and wait (`wait`), or cancel if it has not begun."""
         if not wait:
             self._cancelled = True
@@ -251,7 +251,7 @@ class PackageProbe:
             proc = subprocess.run(
                 [self.interpreter or "python3", "-c", _PROBE_CODE, ",".join(sorted(PROBED_PACKAGES)), ",".join(PROBED_PREFIXES)],
                 stdin=subprocess.DEVNULL, capture_output=True, env=self._env, cwd=self._cwd,
-                timeout=PROBE_TIMEOUT_S, start_new_session=True,
+                timeout=INSPECT_TIMEOUT_S, start_new_session=True,
             )
             if proc.returncode == 0:
                 self.result = json.loads(proc.stdout.decode("utf-8", "replace").strip().splitlines()[-1])

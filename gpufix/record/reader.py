@@ -6,6 +6,7 @@
     record.telemetry.job_lines          # telemetry.jsonl, other users' GPUs left out once
     record.probe_facts                  # what the in-job probe saw (gpufix.probe.read), read on first use
     record.stack_dumps                  # stacks/*.txt
+    record.flight_report                # flight/report.txt: the ranks' flight-recorder dumps compared
     record.experiment_results           # what `gpufix confirm` stored
 
 Every command reads a record through this module and `is_record` is the one test of what a
@@ -18,8 +19,8 @@ from __future__ import annotations
 import os
 
 from gpufix.errors import InputError
-from gpufix.record.layout import (META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY, is_record_dir,
-                                  iter_chunks, read_stream)
+from gpufix.record.layout import (EXPERIMENT_RESULTS, FLIGHT_REPORT, META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY,
+                                  is_record_dir, iter_chunks, read_stream)
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
@@ -141,11 +142,16 @@ class Record:
         return [path for path in (os.path.join(folder, n) for n in names) if os.path.isfile(path)]
 
     @property
+    def flight_report(self) -> str | None:
+        """gpufix's reading of the ranks' flight-recorder dumps (`# gpufix-flight:` lines), when written;
+        a regular file only, as for the stack dumps."""
+        path = self.file(FLIGHT_REPORT)
+        return path if os.path.isfile(path) else None
+
+    @property
     def experiment_results(self) -> dict[str, Any] | None:
         """The last `gpufix confirm` report stored in the record, or None."""
-        from gpufix.experiments.results import read_results
-
-        return read_results(self.path)
+        return json_object(self.file(EXPERIMENT_RESULTS)) or None
 
 
 def line_kind(obj: dict[str, Any]) -> str:

@@ -7,8 +7,16 @@ terminal report's finding renderer so both always agree on wording.
 
 from __future__ import annotations
 
+import os
+
 from gpufix.findings import Finding
 from gpufix.report.text import _Style, confirm_hint, render_finding
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gpufix.watchdog.watchdog import HangReport
 
 MAX_FIXES = 5
 
@@ -55,3 +63,26 @@ def render_compact(findings: list[Finding], sources: list[str], notes: list[str]
         label = f"Consequence of {finding.consequence_of}" if finding.consequence_of else "Also found"
         out.append(s(f"{label}: {finding.title} ({finding.code} {finding.name})", "dim"))
     return "\n".join(out) + "\n"
+
+
+def summary_lines(findings: list[dict[str, Any]], prefix: str = "gpufix: ", limit: int = 5, fixes: int = 1) -> list[str]:
+    """Findings (`Finding.to_dict()` shape) as short lines: `CODE message`, then the first fixes."""
+    lines = []
+    for finding in findings[:limit]:
+        lines.append(f"{prefix}{finding['code']} {finding['message']}")
+        lines.extend(f"{prefix}  fix: {fix['title']}" for fix in (finding.get("fixes") or [])[:fixes])
+    return lines
+
+
+def render_hang(report: HangReport) -> str:
+    """The stderr text for a hang: what was seen, the verdicts, where the dumps are."""
+    lines = [f"gpufix: the job looks hung: {report.why} for {report.idle_s:.0f} s; "
+             f"stacks of {len(report.dumps)} process(es) dumped"]
+    lines += summary_lines(list(report.findings), limit=4)
+    if not report.findings:
+        lines.append("gpufix: no known wait pattern in the stacks; read them to see where each process is")
+    if report.dumps:
+        lines.append(f"gpufix: stacks: {os.path.dirname(report.dumps[0])}")
+    if report.killed:
+        lines.append("gpufix: --on-hang kill: ending the job")
+    return "\n".join(lines) + "\n"

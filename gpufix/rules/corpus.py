@@ -84,11 +84,11 @@ def keyword_baseline(text: str) -> str:
 
 def evaluate(cases: list[Case], ruleset: object) -> list[Row]:
     """Diagnose every case with `ruleset` (and the keyword baseline)."""
-    from gpufix.explain import explain
+    from gpufix.diagnosis import diagnose_inputs
 
     rows = []
     for case in cases:
-        findings = explain([str(case.path)], ruleset).findings  # type: ignore[arg-type]
+        findings = diagnose_inputs([str(case.path)], ruleset).findings  # type: ignore[arg-type]
         root = findings[0] if findings else None
         predicted = root.category if root and root.category != "not_gpu" else OTHER
         text = case.path.read_bytes().decode("utf-8", "replace")

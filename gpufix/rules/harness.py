@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpufix.engine import diagnose
+from gpufix.engine import evaluate
 from gpufix.logscan import LogScanner
 from gpufix.rules.model import Rule, RuleSet
 
@@ -46,7 +46,7 @@ def fires(rule: Rule, ruleset: RuleSet, example: str | dict[str, Any]) -> bool:
         from gpufix.series import example_series
 
         evidence.series.update(example_series(example["series"], float(example.get("interval_s", 1.0))))
-    return any(f.code == rule.code for f in diagnose(evidence, alone))
+    return any(f.code == rule.code for f in evaluate(evidence, alone)[0])
 
 
 def run_examples(ruleset: RuleSet, rules: list[Rule] | None = None) -> list[ExampleResult]:

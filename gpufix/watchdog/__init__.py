@@ -5,7 +5,7 @@ the watchdog for `gpufix run` (`make_run_sampler`) and `gpufix attach`.
     watchdog.proctree   processes of the job, their state, CPU and memory
     watchdog.stacks     dump_tree(): one file per process under stacks/
     watchdog.analyze    what each thread waits for (lock, collective, loader) -> `# gpufix-hang:` lines
-    watchdog.watchdog   HangWatchdog, diagnose_dumps(), render_hang()
+    watchdog.watchdog   HangWatchdog, HangReport (handed to a callback), diagnose_dumps()
     watchdog.monitor    JobMonitor, make_run_sampler()
 """
 

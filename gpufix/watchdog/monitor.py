@@ -37,7 +37,7 @@ class JobMonitor:
     def __init__(self, interval_s: float, hang_timeout_s: float, on_hang: str, record_dir: str | None,
                  warn: Callable[[str], None] | None = None, source_factory: Callable[[], Any] = nvml_source,
                  activity_file: str | None = None, note: Callable[[str], None] = _stderr_note,
-                 report: Callable[[str], None] | None = None) -> None:
+                 report: Callable[[HangReport], None] | None = None) -> None:
         self.interval_s = interval_s
         self.hang_timeout_s = hang_timeout_s
         self.on_hang = on_hang

@@ -36,6 +36,8 @@ class HangReport:
     dumps: tuple[str, ...]
     findings: tuple[dict[str, Any], ...] = field(default=())
     killed: bool = False
+    why: str = ""  # what was seen, in words ("no output, its GPUs idle"); not saved
+
 
     def to_dict(self) -> dict[str, Any]:
         return {"t": round(self.t, 3), "idle_s": round(self.idle_s, 1), "dumps": list(self.dumps),
@@ -43,14 +45,14 @@ class HangReport:
 
 
 def file_activity(path: str) -> Callable[[], tuple[int, int, int] | None]:
-    """A probe whose value changes whenever `path` grows, is rewritten or is replaced."""
-    def probe() -> tuple[int, int, int] | None:
+    """A reading whose value changes whenever `path` grows, is rewritten or is replaced."""
+    def activity() -> tuple[int, int, int] | None:
         try:
             st = os.stat(path)
         except OSError:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
-    return probe
+    return activity
 
 
 def gpus_busy(sampler: Any) -> bool:
@@ -69,11 +71,11 @@ def diagnose_dumps(paths: list[str]) -> list[dict[str, Any]]:
     if not paths:
         return []
     from gpufix.errors import InputError
-    from gpufix.explain import explain
+    from gpufix.diagnosis import diagnose_inputs
     from gpufix.rules.loader import load_ruleset
 
     try:
-        return [f.to_dict() for f in explain(paths, load_ruleset()).findings]
+        return [f.to_dict() for f in diagnose_inputs(paths, load_ruleset()).findings]
     except InputError:
         return []
 
@@ -135,20 +137,11 @@ def probe_stacks(probe_dir: str, out_dir: str, wait_s: float = PROBE_DUMP_WAIT_S
     return path
 
 
-def render_hang(report: HangReport, why: str) -> str:
-    """The stderr text for a hang: what was seen, the verdicts, where the dumps are."""
-    lines = [f"gpufix: the job looks hung: {why} for {report.idle_s:.0f} s; stacks of {len(report.dumps)} process(es) dumped"]
-    for f in report.findings[:4]:
-        lines.append(f"gpufix: {f['code']} {f['message']}")
-        if f.get("fixes"):
-            lines.append(f"gpufix:   fix: {f['fixes'][0]['title']}")
-    if not report.findings:
-        lines.append("gpufix: no known wait pattern in the stacks; read them to see where each process is")
-    if report.dumps:
-        lines.append(f"gpufix: stacks: {os.path.dirname(report.dumps[0])}")
-    if report.killed:
-        lines.append("gpufix: --on-hang kill: ending the job")
-    return "\n".join(lines) + "\n"
+def _stderr_hang(report: HangReport) -> None:
+    """The default hang callback: the report's text on stderr (rendered by the report layer)."""
+    from gpufix.report.run import render_hang
+
+    _stderr(render_hang(report))
 
 
 def _stderr(text: str) -> None:
@@ -162,9 +155,9 @@ class HangWatchdog:
     """Polls the activity probes from a daemon thread; see the module docstring."""
 
     def __init__(self, pid: int, pgid: int | None, hang_timeout_s: float, stacks_dir: str,
-                 output_probe: Callable[[], object] | None, sampler: Any = None, on_hang: str = "wait",
-                 report: Callable[[str], None] = _stderr, kill_grace_s: float = KILL_GRACE_S,
-                 probe_dir: str | None = None) -> None:
+                 output_activity: Callable[[], object] | None, sampler: Any = None, on_hang: str = "wait",
+                 report: Callable[[HangReport], None] = _stderr_hang, kill_grace_s: float = KILL_GRACE_S,
+                 probe_dir: str | None = None, note: Callable[[str], None] = _stderr) -> None:
         if on_hang not in ON_HANG:
             raise ValueError(f"on_hang must be one of {ON_HANG}, not {on_hang!r}")
         self.pid, self.pgid = pid, pgid
@@ -173,9 +166,10 @@ class HangWatchdog:
         self.probe_dir = probe_dir  # gpufix's probe inside the job: it dumps each process's stacks on request
         self.on_hang = on_hang
         self.hangs: list[HangReport] = []
-        self._probe = output_probe
+        self._activity = output_activity
         self._sampler = sampler
-        self._report = report
+        self._report = report  # handed each HangReport as it is found
+        self._note = note
         self._kill_grace_s = kill_grace_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -193,15 +187,15 @@ class HangWatchdog:
         try:
             self._run()
         except Exception as exc:  # noqa: BLE001 - the watchdog must never take gpufix down
-            self._report(f"gpufix: note: hang watchdog stopped ({type(exc).__name__}: {exc})\n")
+            self._note(f"gpufix: note: hang watchdog stopped ({type(exc).__name__}: {exc})\n")
 
     def _run(self) -> None:
         poll_s = min(1.0, max(0.05, self.hang_timeout_s / 8))
-        last_value = self._probe() if self._probe else None
+        last_value = self._activity() if self._activity else None
         last_activity = time.monotonic()
         fired = False
         while not self._stop.wait(poll_s):
-            value = self._probe() if self._probe else None
+            value = self._activity() if self._activity else None
             if value != last_value or gpus_busy(self._sampler):
                 last_value, last_activity, fired = value, time.monotonic(), False
                 continue
@@ -223,10 +217,10 @@ class HangWatchdog:
             paths.append(from_probe)
         findings = diagnose_dumps(paths)
         killed = self.on_hang == "kill" and bool(dumps)
-        report = HangReport(time.time(), idle_s, tuple(paths), tuple(findings), killed)
-        self._save(report)
         telemetry = "its GPUs idle" if self._sampler is not None and self._sampler.gpu_ok else "no GPU telemetry"
-        self._report(render_hang(report, f"no output, {telemetry}"))
+        report = HangReport(time.time(), idle_s, tuple(paths), tuple(findings), killed, f"no output, {telemetry}")
+        self._save(report)
+        self._report(report)
         self.hangs.append(report)  # last: whoever sees it finds the dump saved and reported
         if killed:
             self._kill()

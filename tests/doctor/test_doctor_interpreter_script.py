@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gpufix.doctor.probe import parse_output, run_probe
+from gpufix.doctor.interpreter import parse_output, inspect_interpreter
 
 from .conftest import by_id, doctor, text_of
 
@@ -17,7 +17,7 @@ TOO_OLD = ("The NVIDIA driver on your system is too old (found version 12080). P
 def test_probe_reads_a_cuda_build(fake_torch_python) -> None:
     py = fake_torch_python({"version": "2.4.1+cu124", "cuda": "12.4", "available": True, "device_count": 1,
                             "arch_list": ARCH, "cudnn": 90100, "nccl": [2, 20, 5], "devices": [["NVIDIA H100 80GB HBM3", [9, 0]]]})
-    r = run_probe(py, "probe", 30)
+    r = inspect_interpreter(py, "probe", 30)
     assert r.ok, r.error
     t = r.section("torch")
     assert t["version"] == "2.4.1+cu124" and t["cuda"] == "12.4" and t["cuda_available"] is True
@@ -30,7 +30,7 @@ def test_probe_reads_a_cuda_build(fake_torch_python) -> None:
 def test_probe_captures_the_too_old_warning(fake_torch_python) -> None:
     py = fake_torch_python({"version": "2.9.0+cu130", "cuda": "13.0", "available": False, "init_warning": TOO_OLD,
                             "arch_list": ["sm_90", "sm_120"], "cudnn": 91300, "nccl": [2, 27, 7]})
-    r = run_probe(py, "probe", 30)
+    r = inspect_interpreter(py, "probe", 30)
     t = r.section("torch")
     assert t["cuda_available"] is False and t["cuda_error"].startswith("CUDA initialization: The NVIDIA driver on your system is too old")
     assert t["arch_list"] == ["sm_90", "sm_120"]  # read from the compiled flags even though CUDA did not start
@@ -40,27 +40,27 @@ def test_probe_captures_the_too_old_warning(fake_torch_python) -> None:
 
 
 def test_probe_cpu_build_and_import_error(fake_torch_python) -> None:
-    cpu = run_probe(fake_torch_python({"version": "2.3.1+cpu", "cuda": None, "available": False, "nccl": None}), "probe", 30)
+    cpu = inspect_interpreter(fake_torch_python({"version": "2.3.1+cpu", "cuda": None, "available": False, "nccl": None}), "probe", 30)
     assert cpu.section("torch")["cuda"] is None and cpu.section("torch")["nccl"] is None
-    broken = run_probe(fake_torch_python({"import_error": "libcudnn.so.9: cannot open shared object file"}), "probe", 30)
+    broken = inspect_interpreter(fake_torch_python({"import_error": "libcudnn.so.9: cannot open shared object file"}), "probe", 30)
     assert broken.ok and broken.section("torch")["import_error"] == "ImportError: libcudnn.so.9: cannot open shared object file"
 
 
 def test_probe_import_hang_times_out_with_partial_answers(fake_torch_python) -> None:
-    r = run_probe(fake_torch_python({"hang_on_import": True}), "probe", 3)
+    r = inspect_interpreter(fake_torch_python({"hang_on_import": True}), "probe", 3)
     assert r.timed_out and r.stuck_in == "torch" and r.section("python") and r.section("torch") is None
     assert r.error == "timed out after 3s while in torch"
 
 
 def test_probe_in_this_interpreter_without_torch() -> None:
-    r = run_probe(sys.executable, "probe", 60)
+    r = inspect_interpreter(sys.executable, "probe", 60)
     assert r.ok and r.section("python")["executable"]
     if not r.section("torch")["installed"]:
         assert r.section("torch") == {"installed": False}
 
 
 def test_missing_interpreter_is_an_answer(tmp_path) -> None:
-    r = run_probe(str(tmp_path / "python"), "probe", 5)
+    r = inspect_interpreter(str(tmp_path / "python"), "probe", 5)
     assert not r.ok and r.error.startswith("cannot run ")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufix.doctor import checks_python as cp
-from gpufix.doctor.probe import run_probe
+from gpufix.doctor.interpreter import inspect_interpreter
 from gpufix.errors import GpufixError
 
 from .conftest import NO_NVML, by_id, doctor, load_inventory, make_host, text_of
@@ -152,7 +152,7 @@ def test_bad_python_path_is_a_usage_error(tmp_path) -> None:
 
 
 def test_garbage_output_is_ignored(fake_python) -> None:
-    result = run_probe(fake_python("crash_in_torch"), "probe", 10)
+    result = inspect_interpreter(fake_python("crash_in_torch"), "probe", 10)
     assert result.section("python") and not result.ok and result.stuck_in == "torch"
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gpufix.doctor.checks import CHECK_IDS
-from gpufix.doctor.report import render, render_json, render_text
+from gpufix.report.doctor import render, render_json, render_text
 
 from .conftest import doctor
 

@@ -142,7 +142,7 @@ def test_small_helpers() -> None:
 
 
 def test_nvml_is_imported_lazily() -> None:
-    code = ("import sys, gpufix.cli, gpufix.telemetry, gpufix.telemetry.nvml, gpufix.doctor.core, gpufix.cli_doctor;"
+    code = ("import sys, gpufix.cli.app, gpufix.telemetry, gpufix.telemetry.nvml, gpufix.doctor.core, gpufix.cli.doctor;"
             "assert 'pynvml' not in sys.modules, 'pynvml imported at start-up';"
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=FIX)

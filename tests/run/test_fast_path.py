@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpufix import runner
-from gpufix.entry import simple_run_args
+from gpufix.cli.run import simple_args as simple_run_args
 from tests.run.helpers import PY, env, records
 
 # Plain invocations: the fast path must take them, with exactly the arguments click would pass.
@@ -52,7 +52,7 @@ FOR_CLICK = [
 
 def _click_parse(args: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """What the click command passes to runner.run_command for `gpufix ARGS`."""
-    from gpufix.cli import cli
+    from gpufix.cli.app import cli
 
     seen: dict[str, Any] = {}
 
@@ -87,7 +87,7 @@ def test_the_job_starts_before_click_or_anything_heavy_is_imported(tmp_path: Pat
         f"    open({str(tmp_path / 'modules.txt')!r}, 'w').write('\\n'.join(sorted(sys.modules)))\n"
         "    return real(*a, **k)\n"
         "spawn.spawn = spy\n"
-        "from gpufix.entry import main\n"
+        "from gpufix.cli.entry import main\n"
         "main(sys.argv[1:])\n"
     )
     result = subprocess.run([PY, "-c", probe, "run", "--record-dir", str(tmp_path / "r"), "--", "true"],
@@ -96,7 +96,7 @@ def test_the_job_starts_before_click_or_anything_heavy_is_imported(tmp_path: Pat
     loaded = set((tmp_path / "modules.txt").read_text().split())
     assert "gpufix.runner" in loaded
     heavy = {"click", "dataclasses", "inspect", "typing", "json", "shutil", "gpufix.record.meta", "gpufix.redact",
-             "gpufix.supervise.hooks", "yaml", "rich", "gpufix.cli"}
+             "gpufix.supervise.hooks", "yaml", "rich", "gpufix.cli.app"}
     assert not heavy & loaded
     (record,) = records(tmp_path / "r")
     assert json.loads((record / "meta.json").read_text())["status"] == "finished"
@@ -125,7 +125,7 @@ def test_job_argv_runs_a_script_with_this_python_unless_after_dashdash() -> None
 
 
 def test_monitor_options_reach_the_runner_on_both_paths() -> None:
-    from gpufix.entry import simple_run_args
+    from gpufix.cli.run import simple_args as simple_run_args
 
     parsed = simple_run_args(["run", "--interval", "0.5", "--hang-timeout=30", "--on-hang", "kill", "train.py"])
     assert parsed is not None

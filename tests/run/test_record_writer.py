@@ -45,7 +45,7 @@ SLOW_DISK_GPUFIX = (
     "def slow_init(self, record_dir, warn, os_write=None):\n"
     "    init(self, record_dir, warn, os_write=slow_write)\n"
     "writer.OutputRecorder.__init__ = slow_init\n"
-    "from gpufix.entry import main\n"
+    "from gpufix.cli.entry import main\n"
     "main(sys.argv[1:])\n"
 )
 

@@ -12,14 +12,16 @@ import pytest
 
 from gpufix.attach import AttachedJob
 from gpufix.telemetry.fake import FakeTelemetrySource
+from gpufix.report.run import render_hang
 from gpufix.watchdog.monitor import JobMonitor, make_run_sampler
 from gpufix.watchdog.stacks import pyspy_path
 from tests.watchdog.helpers import DEADLOCK, SLEEPER, start, wait_for
 
 
 def _monitor(record: Path, timeout: float, on_hang: str, util: int = 0, messages: list[str] | None = None) -> JobMonitor:
+    """A monitor whose hang reports are rendered as `gpufix run` prints them, into `messages`."""
     sink = messages if messages is not None else []
-    return JobMonitor(0.2, timeout, on_hang, str(record), report=sink.append,
+    return JobMonitor(0.2, timeout, on_hang, str(record), report=lambda hang: sink.append(render_hang(hang)),
                       source_factory=lambda: FakeTelemetrySource([[{"gpu": 0, "util_gpu_pct": util}]]))
 
 

@@ -1,0 +1,122 @@
+"""The diagnosis service: evidence in, findings out, for every command.
+
+    evidence_from_text(paths, scanner)      log files and stdin (`gpufix explain`, post-mortem logs)
+    evidence_from_record(path, scanner)     a run record: output, stack dumps, measurements
+    diagnose(evidence, ruleset)             -> Diagnosis: typed findings (root cause first) and notes
+    diagnose_inputs(paths, ruleset)         the two together, for anything a user can pass
+
+`gpufix explain`, run, attach, status, the hang watchdog and post-mortem all come here; none
+of it imports torch, NVML, click or rich.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+    from gpufix.rules.model import RuleSet
+
+from gpufix.diagnosis.inputs import open_input, scan
+from gpufix.diagnosis.record import add_record_evidence
+from gpufix.engine import evaluate
+from gpufix.errors import InputError
+from gpufix.evidence import Evidence
+from gpufix.findings import Finding
+from gpufix.logscan import LogScanner
+from gpufix.record.layout import OUTPUT_LOG
+from gpufix.record.reader import is_record
+
+STDIN = "-"
+
+
+class Diagnosis:
+    """What `explain` concluded: findings (root cause first) and the evidence behind them."""
+
+    def __init__(self, findings: list[Finding], evidence: Evidence, notes: list[str] | None = None) -> None:
+        self.findings = findings
+        self.evidence = evidence
+        self.notes = list(notes or [])
+
+    @property
+    def root(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    @property
+    def gpu_related(self) -> bool:
+        return any(f.is_gpu for f in self.findings)
+
+    def to_dict(self) -> dict[str, object]:
+        root = self.root
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "summary": {
+                "root_cause": root.code if root else None,
+                "category": root.category if root else None,
+                "gpu_related": self.gpu_related,
+                "finding_count": len(self.findings),
+            },
+            "inputs": {
+                "sources": list(self.evidence.sources),
+                "lines": self.evidence.lines_read,
+                "bytes": self.evidence.bytes_read,
+            },
+            "notes": list(self.notes),
+        }
+
+
+def diagnose(evidence: Evidence, ruleset: RuleSet) -> Diagnosis:
+    """The findings for `evidence`, root causes first, with the notes of the rule pack, of
+    reading the inputs and of rules that had too few measurements to judge."""
+    findings, unevaluated = evaluate(evidence, ruleset)
+    return Diagnosis(findings, evidence, [*ruleset.notes, *evidence.notes, *unevaluated])
+
+
+def evidence_from_record(record_dir: str, scanner: LogScanner, output: bytes | None = None) -> Evidence:
+    """A run record's evidence: its output.log (or `output`, what `gpufix run` kept in memory when
+    the log is incomplete, quoted as output.log's lines), stack dumps and measurements."""
+    log = os.path.join(record_dir, OUTPUT_LOG)
+    if output is not None:
+        evidence = scanner.scan_bytes(output, log)
+    else:
+        with open_input(log) as stream:  # the job's text with whatever binary it printed: no sniffing
+            evidence = scan(scanner, stream, log, sniff=False)
+    add_record_evidence(evidence, record_dir, scanner)
+    return evidence
+
+
+def evidence_from_text(paths: list[str], scanner: LogScanner, stdin: BinaryIO | None = None) -> Evidence:
+    """Scan each input (`-` is stdin; a run record folder stands for the record) as one failure."""
+    evidence = Evidence()
+    for path in paths or [STDIN]:
+        if path == STDIN:
+            stream = stdin if stdin is not None else sys.stdin.buffer
+            evidence.merge(scan(scanner, stream, "<stdin>"))
+        elif is_record(path):
+            evidence.merge(evidence_from_record(path, scanner))
+        else:
+            with open_input(path) as stream:
+                evidence.merge(scan(scanner, stream, path))
+    return evidence
+
+
+def diagnose_inputs(paths: list[str], ruleset: RuleSet, stdin: BinaryIO | None = None) -> Diagnosis:
+    """Diagnose log files, stdin and run records together, as one failure (`gpufix explain`)."""
+    evidence = evidence_from_text(paths, LogScanner.for_rules(ruleset), stdin)
+    if evidence.bytes_read == 0 and not evidence.series:
+        raise InputError(
+            "the input is empty: nothing to explain",
+            hint="paste a traceback into `gpufix explain` (end with Ctrl-D) or pass a log file",
+        )
+    return diagnose(evidence, ruleset)
+
+
+def diagnose_record(record_dir: str, ruleset: RuleSet, output: bytes | None = None, note: str | None = None) -> Diagnosis:
+    """Diagnose a run record (see `evidence_from_record`); `note` says why `output` was used."""
+    evidence = evidence_from_record(record_dir, LogScanner.for_rules(ruleset), output)
+    if note:
+        evidence.notes.append(note)
+    return diagnose(evidence, ruleset)
