@@ -22,7 +22,7 @@ import sys
 import time
 
 from gpufix.record import RunRecord
-from gpufix.record.layout import META, PROBE, TELEMETRY, default_name, record_parent
+from gpufix.record.layout import FLIGHT, META, PROBE, TELEMETRY, default_name, record_parent
 from gpufix.supervise.spawn import original_environ
 from gpufix.supervise.supervisor import Supervisor
 
@@ -300,6 +300,21 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
     return diagnosis.to_dict(), to_ansi(text) if color else text
 
 
+def _flight_recorder_env(env: dict[bytes, bytes], record_dir: str) -> dict[bytes, bytes]:
+    """PyTorch's flight recorder on, dumping into the record on a collective timeout (docs/run-record.md):
+    only variables the user did not set; the current names only (torch 2.13 warns about the old ones
+    in every rank's output, which gpufix must not add to)."""
+    from gpufix.distributed.env import flight_env, make_flight_dir
+
+    try:
+        make_flight_dir(record_dir)
+    except OSError:
+        return env
+    text = {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, v in env.items()}
+    added = flight_env(text, record_dir, legacy_names=False)
+    return {**env, **{os.fsencode(k): os.fsencode(v) for k, v in added.items()}}
+
+
 def run_job(command: list[str], record_parent_dir: str, name: str | None, no_record: bool, verbose: bool,
             sampler: Sampler | None = None, monitor: tuple[float, float, str] | None = None,
             probe: bool | None = None) -> JobResult:
@@ -326,6 +341,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
             env = probe_environb(env, probe_dir, memory_history=probe)
         except OSError as exc:
             warn(f"cannot create the probe's folder ({exc.strerror or exc}); running without the probe")
+        env = _flight_recorder_env(env, record.path)
     cwd = os.getcwd()
     terminal_kinds = _terminal_kinds()
     probe: list[PackageVersions] = []
@@ -434,10 +450,15 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageVersions 
     if record is None:
         return
     record.output.close()
-    try:  # a job that never imported torch leaves the probe's folder empty: keep records tidy
-        os.rmdir(os.path.join(record.path, PROBE))
-    except OSError:
-        pass
+    if failed:  # the ranks' flight-recorder dumps (a collective timed out), compared like fr_trace
+        from gpufix.distributed.flight import write_flight_report
+
+        write_flight_report(record.path)
+    for folder in (PROBE, FLIGHT):  # a job that never imported torch leaves them empty: keep records tidy
+        try:
+            os.rmdir(os.path.join(record.path, folder))
+        except OSError:
+            pass
     from gpufix.record.meta import utc_iso
 
     job_python = None

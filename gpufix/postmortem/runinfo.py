@@ -158,6 +158,17 @@ def environment(record: dict[str, Any], files: list[FileResult]) -> dict[str, An
     return env
 
 
+def _is_flight_default(name: str, value: Any) -> bool:
+    """A flight-recorder variable with the value `gpufix run` gives it (its dump prefix names the record)."""
+    from gpufix.distributed.env import BUFFER_SIZE, DUMP_ON_TIMEOUT, FILE_VARS, FLIGHT_DIR, SIZE_VARS
+
+    if not isinstance(value, str):
+        return False
+    if name in FILE_VARS:
+        return value.replace("\\", "/").endswith(f"/{FLIGHT_DIR}/rank_")
+    return (name in SIZE_VARS and value == BUFFER_SIZE) or (name == DUMP_ON_TIMEOUT and value == "1")
+
+
 def _is_probe_entry(entry: str) -> bool:
     parts = [p for p in entry.replace("\\", "/").split("/") if p]
     return tuple(parts[-3:]) == _PROBE_ENTRY_TAIL
@@ -168,7 +179,7 @@ def users_variables(variables: dict[str, Any] | None) -> dict[str, Any]:
     entry (dropped when nothing else is on it), so only what the user set is compared."""
     out = {}
     for name, value in (variables or {}).items():
-        if name.upper().startswith(OWN_VARIABLE_PREFIX):
+        if name.upper().startswith(OWN_VARIABLE_PREFIX) or _is_flight_default(name, value):
             continue
         if name == "PYTHONPATH" and isinstance(value, str):
             entries = value.split(os.pathsep)

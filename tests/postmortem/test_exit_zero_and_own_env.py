@@ -153,6 +153,23 @@ def test_a_users_own_pythonpath_change_is_reported(tmp_path: Path, ruleset: Rule
     assert "variable PYTHONPATH  /home/me/src -> /home/me/src2" in render_text(pm)
 
 
+def test_the_flight_recorder_variables_gpufix_sets_are_no_environment_change(tmp_path: Path, ruleset: RuleSet) -> None:
+    """An old record without them, a new one with them (its dump prefix names its own record): nothing
+    changed that the user did; a buffer size the user chose is still compared."""
+    _night(tmp_path, 24, CLEAN_LOG, 0, environment={"CUDA_VISIBLE_DEVICES": "0"})
+    _night(tmp_path, 25, OOM_LOG, 1, environment={
+        "CUDA_VISIBLE_DEVICES": "0", "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "20251125T020000Z-train-000025" / "flight" / "rank_")})
+    assert postmortem([str(tmp_path)], ruleset, use_index=False).summary["environment_diff"] == []
+    _night(tmp_path, 26, OOM_LOG, 1, environment={"CUDA_VISIBLE_DEVICES": "0", "TORCH_FR_BUFFER_SIZE": "20000"})
+    from gpufix.postmortem.runinfo import environment_diff
+
+    runs = {r.id: r for r in postmortem([str(tmp_path)], ruleset, use_index=False).runs}
+    assert environment_diff(runs["20251124T020000Z-train-000024"].environment,
+                            runs["20251126T020000Z-train-000026"].environment) == [
+        {"key": "variable TORCH_FR_BUFFER_SIZE", "last_good": None, "first_bad": "20000"}]
+
+
 def test_a_record_whose_gpufix_was_killed_is_not_running_for_ever(tmp_path: Path, ruleset: RuleSet) -> None:
     """Issue 14, item 6: a record left 'running' by a gpufix that no longer runs (SIGKILL, a
     crashed node) is a failed run in the post-mortem, told by the supervisor's pid and start time."""

@@ -116,14 +116,16 @@ def test_environment_cwd_and_arguments_are_the_callers(tmp_path: Path) -> None:
     strip = lambda out: [e for e in out.split(b"\0") if not e.startswith(b"_=")]  # noqa: E731 - `_` is the shell's
     assert strip(wrapped.stdout) == strip(bare.stdout)
     assert b"LC_CTYPE" not in wrapped.stdout
-    # With the probe (the default), exactly its two documented variables differ.
+    # With the probe (the default), exactly its two documented variables differ, and the flight
+    # recorder's three (on, dump on timeout, dumps into the record: docs/run-record.md).
     benv[b"PYTHONPATH"] = b"/user/lib"
     probed = subprocess.run([*gpufix_run(tmp_path / "p"), "--", "env", "-0"], capture_output=True, env=benv, cwd=work)
     bare = subprocess.run(["env", "-0"], capture_output=True, env=benv, cwd=work)
     added = set(strip(probed.stdout)) - set(strip(bare.stdout))
     removed = set(strip(bare.stdout)) - set(strip(probed.stdout))
     assert removed == {b"PYTHONPATH=/user/lib"}
-    assert {e.split(b"=", 1)[0] for e in added} == {b"PYTHONPATH", b"GPUFIX_PROBE_DIR"}
+    assert {e.split(b"=", 1)[0] for e in added} == {b"PYTHONPATH", b"GPUFIX_PROBE_DIR", b"TORCH_FR_BUFFER_SIZE",
+                                                    b"TORCH_NCCL_DUMP_ON_TIMEOUT", b"TORCH_FR_DUMP_TEMP_FILE"}
     assert any(e.startswith(b"PYTHONPATH=") and e.endswith(b"/probe/inject:/user/lib") for e in added)
     args = ["a b", "--lr", "3e-4", "-h", "", "--", "ünï"]
     result = subprocess.run([*gpufix_run(tmp_path / "r"), "--", PY, "-c",
