@@ -16,21 +16,21 @@ import click
 from gpufix.cli.output import EXIT_CLEAN, EXIT_FINDINGS
 from gpufix.errors import InputError
 from gpufix.record.layout import META, STACKS
+from gpufix.record.reader import Record
 
 
 def resolve(target: str) -> tuple[int, str]:
     """(job pid, folder for the dumps) from a record folder or a pid."""
     if target.isdigit():
         return int(target), os.path.join("gpufix-stacks", target)
-    meta = os.path.join(target, META)
-    try:
-        with open(meta, encoding="utf-8") as f:
-            pid = json.load(f).get("job_pid")
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{target}: not a run record ({exc})", hint="pass a record folder from gpufix-runs/ or a pid") from None
+    record = Record(target)
+    if not record.meta:
+        raise InputError(f"{target}: not a run record (no readable {META})",
+                         hint="pass a record folder from gpufix-runs/ or a pid")
+    pid = record.meta.get("job_pid")
     if not isinstance(pid, int):
-        raise InputError(f"{meta} names no job_pid", hint="the job never started; nothing to dump")
-    return pid, os.path.join(target, STACKS)
+        raise InputError(f"{record.file(META)} names no job_pid", hint="the job never started; nothing to dump")
+    return pid, record.file(STACKS)
 
 
 @click.command("stacks")

@@ -5,15 +5,14 @@ byte in output.log (from output.idx), the lines around an evidence line, and the
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufix.postmortem.times import parse_iso
-from gpufix.safeio import is_regular, open_regular, read_regular
-from gpufix.record.layout import META, OUTPUT_INDEX, RESULT, iter_chunks
+from gpufix.record.layout import OUTPUT_INDEX, iter_chunks
+from gpufix.safeio import is_regular, open_regular
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -34,17 +33,13 @@ OWN_VARIABLE_PREFIX = "GPUFIX_"
 _PROBE_ENTRY_TAIL = ("gpufix", "probe", "inject")
 
 
-def _json(path: str) -> dict[str, Any] | None:
-    try:
-        data = json.loads(read_regular(path))  # a FIFO or device in a record is never opened
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def read_record(record_dir: str) -> dict[str, Any]:
-    """`{"meta": dict|None, "result": dict|None}` of a record; unreadable files are None."""
-    return {"meta": _json(os.path.join(record_dir, META)), "result": _json(os.path.join(record_dir, RESULT))}
+    """`{"meta": dict|None, "result": dict|None}` of a record (through record.reader); a missing or
+    unreadable file is None."""
+    from gpufix.record.reader import Record
+
+    record = Record(record_dir)
+    return {"meta": record.meta or None, "result": record.result or None}
 
 
 def _bounded_lines(f: BoundedReader) -> Iterator[tuple[bytes, int]]:

@@ -13,7 +13,7 @@ from gpufix.rules.corpus import OTHER, evaluate, keyword_baseline, load_corpus, 
 from gpufix.rules.loader import load_ruleset
 from gpufix.rules.model import CATEGORIES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "fixtures" / "corpus"
 SHARED = ROOT.parent / "shared" / "corpus"
 LABELS = {c for c in CATEGORIES if c not in ("not_gpu", "hang", "throughput")} | {OTHER}
