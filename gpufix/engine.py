@@ -231,6 +231,27 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
     )
 
 
+MAX_GUARDED_HITS = 64  # hits whose values are tried against a rule's `require` guards
+
+
+def _guarded_finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str, str]) -> Finding | None:
+    """The finding when its `require` guards hold. A finding's fields come from its first hit; when
+    the guards fail there, each further hit's values are tried first in turn (one line of a timing
+    log where the data wait dominates is enough, wherever it stands), so a rule reads every line
+    it matched, not only the first."""
+    finding = _finding(rule, result, order, facts)
+    if all(conditions.holds(guard, finding.fields) for guard in rule.require):
+        return finding
+    for index in range(1, min(len(result.groups), MAX_GUARDED_HITS)):
+        tried = _Result(True, result.count, result.overflow)
+        tried.refs = result.refs
+        tried.groups = [result.groups[index], *result.groups[:index], *result.groups[index + 1:]]
+        finding = _finding(rule, tried, order, facts)
+        if all(conditions.holds(guard, finding.fields) for guard in rule.require):
+            return finding
+    return None
+
+
 def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[str]]:
     """All findings for the evidence, root causes first, and a note for each rule whose series
     conditions had too few samples: "not evaluated", never "healthy". (gpufix.diagnosis.diagnose
@@ -243,8 +264,8 @@ def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[
             continue
         result = _group(rule.match, evidence, ruleset, evidence.exceptions)
         if result.matched:
-            finding = _finding(rule, result, order, evidence.facts)
-            if all(conditions.holds(guard, finding.fields) for guard in rule.require):
+            finding = _guarded_finding(rule, result, order, evidence.facts)
+            if finding is not None:
                 findings[rule.code] = finding
         elif result.unevaluated:
             notes.append(f"{rule.code} {rule.name} not evaluated: {'; '.join(result.unevaluated)}")

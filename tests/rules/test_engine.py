@@ -162,3 +162,20 @@ def test_priority_orders_independent_root_causes(tmp_path: Path) -> None:
     rs = ruleset_from(tmp_path, OOM, hw)
     findings = run(rs, "out of memory on rank 0\nGPU has fallen off the bus\n")
     assert [f.code for f in findings] == ["THW002", "TMEM001"]  # hardware outranks, though it came later
+
+
+RATIO = rule("TDAT001", "slow_loader", """\
+match: {any: [{line: 'data (?P<data>[\\d.]+) of (?P<total>[\\d.]+)'}]}
+derive: {share: data / total}
+require: [share >= 0.5]
+message: 'data {data} s of {total} s'
+fixes: [{kind: config, title: more workers}]
+""")
+
+
+def test_a_guarded_rule_reads_every_line_it_matched_not_only_the_first(tmp_path: Path) -> None:
+    """`require` holds on the third line only: the finding takes that line's values."""
+    rs = ruleset_from(tmp_path, RATIO)
+    (finding,) = run(rs, "data 0.1 of 1.0\ndata 0.2 of 1.0\ndata 0.9 of 1.2\ndata 0.1 of 1.0\n")
+    assert finding.message == "data 0.9 s of 1.2 s"
+    assert run(rs, "data 0.1 of 1.0\ndata 0.2 of 1.0\n") == []
