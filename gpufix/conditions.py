@@ -231,8 +231,16 @@ def prefix_side(missing: str, unexpected: str) -> str | None:
     return "both" if pair[0] and pair[1] else "checkpoint" if pair[1] else "model"
 
 
+def same_head(key: str, other: str) -> str | None:
+    """'yes' when two parameter names start with the same attribute ("conv1.weight", "conv1.bias"),
+    else 'no': after a wrapper's prefix is taken off, the checkpoint's first key must name the layer
+    the model's first key names ("patch_embed." + "proj.0.weight" against "patch_embed.proj.weight"
+    is a layer built differently, not a prefix)."""
+    return "yes" if key.strip().split(".", 1)[0] == other.strip().split(".", 1)[0] else "no"
+
+
 _FUNCTIONS = {"prefix_between": prefix_between, "keys_unpaired": keys_unpaired,
-              "wrapper_prefix": wrapper_prefix, "prefix_side": prefix_side}
+              "wrapper_prefix": wrapper_prefix, "prefix_side": prefix_side, "same_head": same_head}
 _CALL = re.compile(r"^\s*(?P<f>[a-z_]+)\(\s*(?P<a>[a-z_][a-z0-9_]*)\s*,\s*(?P<b>[a-z_][a-z0-9_]*)\s*\)\s*$")
 
 

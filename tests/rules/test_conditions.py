@@ -107,3 +107,11 @@ def test_derive_functions_and_their_validation() -> None:
     assert conditions.evaluate("wrapper_prefix(missing, absent)", fields) is None
     with pytest.raises(ValueError, match="unknown function 'nope'"):
         conditions.parse_expression("nope(missing, unexpected)")
+
+
+def test_same_head_tells_a_prefix_from_a_layer_built_differently() -> None:
+    from gpufix.conditions import evaluate
+
+    assert evaluate("same_head(a, b)", {"a": "conv1.weight", "b": "conv1.bias"}) == "yes"
+    assert evaluate("same_head(a, b)", {"a": "proj.0.weight", "b": "patch_embed.proj.weight"}) == "no"
+    assert evaluate("same_head(a, b)", {"a": "conv1.weight"}) is None  # one side not printed: no verdict
