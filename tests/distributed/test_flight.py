@@ -321,3 +321,17 @@ def test_a_job_without_distributed_leaves_no_flight_folder(tmp_path: Path) -> No
     assert done.returncode == 3
     (record,) = (tmp_path / "runs").iterdir()
     assert not (record / "flight").exists()
+
+
+def test_the_watchdog_timeout_is_a_consequence_of_the_rank_that_never_entered() -> None:
+    """Every waiting rank's log ends in NCCL's watchdog timeout; the flight recorder says why."""
+    pack = load_ruleset([])
+    scanner = LogScanner.for_rules(pack)
+    evidence = scanner.scan_bytes(
+        b"[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
+        b"timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=600000) ran for 600010 "
+        b"milliseconds before timing out.\n", "output.log")
+    evidence.merge(scanner.scan_bytes((GLOO_LINE + "\n").encode(), "flight/report.txt"))
+    findings = diagnose(evidence, pack).findings
+    assert findings[0].code == "DST045", [f.code for f in findings]
+    assert {f.code: f.consequence_of for f in findings}.get("DST001") == "DST045"
