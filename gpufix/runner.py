@@ -450,10 +450,12 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageVersions 
     if record is None:
         return
     record.output.close()
-    if failed:  # the ranks' flight-recorder dumps (a collective timed out), compared like fr_trace
+    if failed:  # what the ranks left: flight-recorder dumps (compared like fr_trace), torchelastic error files
+        from gpufix.distributed.elastic import collect_error_files
         from gpufix.distributed.flight import write_flight_report
 
         write_flight_report(record.path)
+        collect_error_files(record.path)
     for folder in (PROBE, FLIGHT):  # a job that never imported torch leaves them empty: keep records tidy
         try:
             os.rmdir(os.path.join(record.path, folder))

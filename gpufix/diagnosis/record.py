@@ -21,7 +21,7 @@ def add_record_evidence(evidence: Evidence, record_dir: str, scanner: LogScanner
     from gpufix.record.reader import Record
 
     record = Record(record_dir)
-    for dump in [*record.stack_dumps, *filter(None, [record.flight_report])]:
+    for dump in [*record.stack_dumps, *filter(None, [record.flight_report]), *record.rank_errors]:
         try:
             with open_input(dump) as stream:
                 evidence.merge(scan(scanner, stream, dump))

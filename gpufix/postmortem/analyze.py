@@ -23,7 +23,7 @@ from gpufix.safeio import not_regular
 from gpufix.postmortem.scan import with_rank
 from gpufix.postmortem.telemetry import read_samples, summarise
 from gpufix.postmortem.times import file_mtime, iso, parse_iso, parse_line_time
-from gpufix.record.layout import FLIGHT, META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY
+from gpufix.record.layout import FLIGHT, META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RANKS, RESULT, STACKS, TELEMETRY
 from gpufix.rules.model import RuleSet
 
 FAILING_SEVERITIES = ("error", "critical")
@@ -105,7 +105,7 @@ class RunReport:
 
 
 _RECORD_FILES = (META, RESULT, OUTPUT_INDEX, TELEMETRY)
-_RECORD_FOLDERS = (STACKS, PROBE, FLIGHT)
+_RECORD_FOLDERS = (STACKS, PROBE, FLIGHT, RANKS)
 
 
 def record_hazards(record_dir: str) -> list[str]:

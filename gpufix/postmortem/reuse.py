@@ -29,7 +29,7 @@ from gpufix import __version__
 from gpufix.evidence import LineRef
 from gpufix.findings import Finding, RenderedFix
 from gpufix.postmortem.analyze import RunReport
-from gpufix.record.layout import FLIGHT, PROBE, STACKS
+from gpufix.record.layout import FLIGHT, PROBE, RANKS, STACKS
 
 if TYPE_CHECKING:
     from gpufix.postmortem.discover import RunGroup
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 # Bump when what analyze_run makes of the same inputs changes, or the stored form does.
 REPORT_FORMAT = 1
-_RECORD_FOLDERS = (STACKS, PROBE, FLIGHT)
+_RECORD_FOLDERS = (STACKS, PROBE, FLIGHT, RANKS)
 
 
 def ruleset_fingerprint(ruleset: RuleSet) -> str:

@@ -24,6 +24,7 @@ OUTPUT_INDEX = "output.idx"
 TELEMETRY = "telemetry.jsonl"
 STACKS = "stacks"  # folder: stack dumps of a hang or of `gpufix stacks`
 PROBE = "probe"  # folder: what the in-job probe wrote (docs/probe.md)
+RANKS = "ranks"  # folder: what gpufix kept of each rank (torchelastic error files)
 FLIGHT = "flight"  # folder: PyTorch flight-recorder dumps of each rank, and gpufix's reading of them
 FLIGHT_REPORT = os.path.join(FLIGHT, "report.txt")
 EXPERIMENT_RESULTS = os.path.join("experiments", "results.json")  # what `gpufix confirm` found (docs/confirm.md)

@@ -7,6 +7,7 @@
     record.probe_facts                  # what the in-job probe saw (gpufix.probe.read), read on first use
     record.stack_dumps                  # stacks/*.txt
     record.flight_report                # flight/report.txt: the ranks' flight-recorder dumps compared
+    record.rank_errors                  # ranks/error-rank<R>.txt: torchelastic error files, as text
     record.experiment_results           # what `gpufix confirm` stored
 
 Every command reads a record through this module and `is_record` is the one test of what a
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 
 from gpufix.errors import InputError
-from gpufix.record.layout import (EXPERIMENT_RESULTS, FLIGHT_REPORT, META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY,
+from gpufix.record.layout import (EXPERIMENT_RESULTS, FLIGHT_REPORT, META, RANKS, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RESULT, STACKS, TELEMETRY,
                                   is_record_dir, iter_chunks, read_stream)
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
@@ -135,6 +136,16 @@ class Record:
         """The stack dump files (stacks/*.txt) by name; regular files only: a FIFO or device put in
         a record must not block or never end a diagnosis."""
         folder = self.file(STACKS)
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
+        except OSError:
+            return []
+        return [path for path in (os.path.join(folder, n) for n in names) if os.path.isfile(path)]
+
+    @property
+    def rank_errors(self) -> list[str]:
+        """The tracebacks of the ranks' torchelastic error files that gpufix kept (ranks/*.txt)."""
+        folder = self.file(RANKS)
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
         except OSError:

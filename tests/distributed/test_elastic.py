@@ -1,0 +1,68 @@
+"""torchelastic's error files are kept in the run record and read by the diagnosis."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpufix.distributed.elastic import error_text
+from tests.run.helpers import PY, env
+
+JOB = '''import os
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+def load_labels(rank):
+    if rank == 1:
+        raise ValueError("label file for shard 1 is empty")
+    return [0, 1]
+
+
+@record
+def main():
+    load_labels(int(os.environ["RANK"]))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_error_text_reads_both_layouts() -> None:
+    new = {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "Traceback ...\nValueError: x\n",
+                                                                  "timestamp": "1"}}}
+    assert error_text(new) == "Traceback ...\nValueError: x\n"
+    assert error_text({"message": {"message": "ValueError: x", "extraInfo": {}}}) == "ValueError: x"
+    assert error_text({"message": "RuntimeError: old layout"}) == "RuntimeError: old layout"
+    assert error_text({"message": ""}) is None and error_text({}) is None
+
+
+def test_a_failing_ranks_error_file_lands_in_the_record_under_its_rank(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed")
+    (tmp_path / "job.py").write_text(JOB)
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--", PY, "-m", "torch.distributed.run",
+                           "--standalone", "--nproc-per-node", "2", "job.py"],
+                          cwd=tmp_path, capture_output=True, env=env(), timeout=180)
+    assert done.returncode == 1, done.stderr.decode()[-2000:]
+    (record,) = (tmp_path / "runs").iterdir()
+    assert sorted(p.name for p in (record / "ranks").iterdir()) == ["error-rank1.json", "error-rank1.txt"]
+    text = (record / "ranks" / "error-rank1.txt").read_text()
+    assert text.startswith("# gpufix: torchelastic error file of rank 1 (") and text.rstrip().endswith(
+        "ValueError: label file for shard 1 is empty")
+    result = json.loads((record / "result.json").read_text())
+    root = result["findings"][0]
+    assert root["code"] == "DST042", [f["code"] for f in result["findings"]]
+    assert any(e["source"].endswith("ranks/error-rank1.txt") for e in root["evidence"]), root["evidence"]
+
+
+def test_a_run_that_succeeds_keeps_no_ranks_folder(tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(JOB.replace("if rank == 1:", "if rank == 7:"))
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--", PY, "-m", "torch.distributed.run",
+                           "--standalone", "--nproc-per-node", "2", "job.py"],
+                          cwd=tmp_path, capture_output=True, env=env(), timeout=180)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    (record,) = (tmp_path / "runs").iterdir()
+    assert not (record / "ranks").exists()
