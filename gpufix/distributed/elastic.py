@@ -64,7 +64,10 @@ def collect_error_files(record_dir: str) -> list[str]:
             with open(os.path.join(folder, name + ".json"), "wb") as f:
                 f.write(raw)
             with open(os.path.join(folder, name + ".txt"), "w", encoding="utf-8") as f:
-                f.write(f"# gpufix: torchelastic error file of rank {rank} ({path})\n{text.rstrip()}\n")
+                # each line under torchrun's own rank prefix, so the diagnosis attributes it to the rank
+                prefix = f"[rank{rank}]:" if isinstance(rank, int) else ""
+                f.write(f"# gpufix: torchelastic error file of rank {rank} ({path})\n"
+                        + "".join(f"{prefix}{line}\n" for line in text.rstrip().splitlines()))
         except OSError:
             continue
         written.append(os.path.join(folder, name + ".txt"))

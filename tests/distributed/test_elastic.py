@@ -51,11 +51,11 @@ def test_a_failing_ranks_error_file_lands_in_the_record_under_its_rank(tmp_path:
     assert sorted(p.name for p in (record / "ranks").iterdir()) == ["error-rank1.json", "error-rank1.txt"]
     text = (record / "ranks" / "error-rank1.txt").read_text()
     assert text.startswith("# gpufix: torchelastic error file of rank 1 (") and text.rstrip().endswith(
-        "ValueError: label file for shard 1 is empty")
+        "[rank1]:ValueError: label file for shard 1 is empty")
     result = json.loads((record / "result.json").read_text())
     root = result["findings"][0]
     assert root["code"] == "DST042", [f["code"] for f in result["findings"]]
-    assert any(e["source"].endswith("ranks/error-rank1.txt") for e in root["evidence"]), root["evidence"]
+    assert any(e["source"].endswith("ranks/error-rank1.txt") and e.get("rank") == 1 for e in root["evidence"]), root["evidence"]
 
 
 def test_a_run_that_succeeds_keeps_no_ranks_folder(tmp_path: Path) -> None:
