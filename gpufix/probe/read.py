@@ -70,14 +70,9 @@ def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, record
 
 
-def _group(start: dict[str, Any], override: int | None) -> str:
-    rank = override if override is not None else start.get("rank")
-    return str(rank) if isinstance(rank, int) else "0"
-
-
-def _ranked_records(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
-    """(line number, record, rank group) of one probe file, the rank known so far from its
-    `start` and `distributed` records."""
+def _ranked_records(path: Path) -> Iterator[tuple[int, dict[str, Any], int | None]]:
+    """(line number, record, rank) of one probe file, the rank known so far from its `start` and
+    `distributed` records (None for a process with no rank: a launcher, a single-process job)."""
     start: dict[str, Any] = {}
     rank: int | None = None
     for number, record in iter_records(path):
@@ -86,7 +81,13 @@ def _ranked_records(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
             start = record
         elif kind == "distributed" and isinstance(record.get("rank"), int):
             rank = record["rank"]
-        yield number, record, _group(start, rank)
+        known = rank if rank is not None else start.get("rank")
+        yield number, record, known if isinstance(known, int) else None
+
+
+def _group(rank: int | None) -> str:
+    """A series' rank group: the rank, "0" when the process has none."""
+    return str(rank) if rank is not None else "0"
 
 
 def read_probe_series(probe_dir: str | Path) -> dict[str, list[Sample]]:
@@ -96,7 +97,8 @@ def read_probe_series(probe_dir: str | Path) -> dict[str, list[Sample]]:
         if not path.name.startswith("probe-"):
             continue
         source = str(path)
-        for number, record, group in _ranked_records(path):
+        for number, record, rank in _ranked_records(path):
+            group = _group(rank)
             if record["kind"] != "step" or not isinstance(record.get("t"), (int, float)):
                 continue
             t = float(record["t"])
@@ -125,7 +127,8 @@ def nonfinite_lines(probe_dir: str | Path) -> dict[str, list[tuple[int, str]]]:
     """
     out: dict[str, list[tuple[int, str]]] = {}
     for path in probe_files(probe_dir):
-        for number, record, group in _ranked_records(path):
+        for number, record, rank in _ranked_records(path):
+            group = _group(rank)
             if record["kind"] != "nonfinite" or record.get("value") not in ("nan", "inf"):
                 continue
             step = record.get("step")
@@ -164,7 +167,7 @@ def read_probe_exceptions(probe_dir: str | Path) -> list[ExceptionRecord]:
     worker_index: dict[tuple[str, int], int] = {}  # (type, worker id) -> index of the worker's exception
     for path in probe_files(probe_dir):
         source = str(path)
-        for number, record, group in _ranked_records(path):
+        for number, record, rank in _ranked_records(path):
             if record["kind"] == "exception":
                 offset = len(out)
                 for item in record.get("exceptions") or []:
@@ -179,7 +182,7 @@ def read_probe_exceptions(probe_dir: str | Path) -> list[ExceptionRecord]:
                     worker = _WORKER_MESSAGE.match(message)
                     if cause is None and worker:
                         cause = worker_index.get((worker.group(1), int(worker.group(2))))
-                    out.append(ExceptionRecord(type_name, message, LineRef(source, number, text, int(group)), cause))
+                    out.append(ExceptionRecord(type_name, message, LineRef(source, number, text, rank), cause))
                     if record.get("where") == "dataloader_worker" and isinstance(record.get("worker_id"), int):
                         short = type_name.rsplit(".", 1)[-1]
                         worker_index[(short, record["worker_id"])] = len(out) - 1

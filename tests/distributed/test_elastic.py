@@ -55,6 +55,7 @@ def test_a_failing_ranks_error_file_lands_in_the_record_under_its_rank(tmp_path:
     result = json.loads((record / "result.json").read_text())
     root = result["findings"][0]
     assert root["code"] == "DST042", [f["code"] for f in result["findings"]]
+    assert root["ranks"] == [1]  # the launcher's own ChildFailedError (the probe is in it too) has no rank
     assert any(e["source"].endswith("ranks/error-rank1.txt") and e.get("rank") == 1 for e in root["evidence"]), root["evidence"]
 
 
