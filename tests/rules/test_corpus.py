@@ -64,9 +64,10 @@ def rows():  # type: ignore[no-untyped-def]
 # that makes unseen failures worse fails here. The targets are 95% and 95%. New cases land in the
 # validation part unseen and can lower the score; the floor then follows the measurement down
 # (2026-12-01: 92.5% / 92.7% with batches ckpt5, mix5, pipe6, ckpt6, ckpt7 and mix7; then 92.6% / 90.5% with
-# ckpt8, load8, oom8, mix8 and dist8, 254 cases collected blind, near misses on purpose), never the corpus.
+# ckpt8, load8, oom8, mix8 and dist8, 254 cases collected blind, near misses on purpose; 92.4% / 89.5% with ord9
+# and ckpt9), never the corpus.
 VALIDATION_GPU_TOP1 = 0.92
-VALIDATION_ORDINARY_CLEAN = 0.90
+VALIDATION_ORDINARY_CLEAN = 0.89
 
 
 def test_validation_part_stays_above_its_floors(rows) -> None:  # type: ignore[no-untyped-def]
