@@ -135,17 +135,15 @@ class Record:
     def stack_dumps(self) -> list[str]:
         """The stack dump files (stacks/*.txt) by name; regular files only: a FIFO or device put in
         a record must not block or never end a diagnosis."""
-        folder = self.file(STACKS)
-        try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
-        except OSError:
-            return []
-        return [path for path in (os.path.join(folder, n) for n in names) if os.path.isfile(path)]
+        return self._text_files(STACKS)
 
     @property
     def rank_errors(self) -> list[str]:
         """The tracebacks of the ranks' torchelastic error files that gpufix kept (ranks/*.txt)."""
-        folder = self.file(RANKS)
+        return self._text_files(RANKS)
+
+    def _text_files(self, folder_name: str) -> list[str]:
+        folder = self.file(folder_name)
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
         except OSError:

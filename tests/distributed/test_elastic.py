@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from gpufix.distributed.elastic import error_text
-from tests.run.helpers import PY, env
+from tests.run.helpers import torchrun_under_gpufix
 
 JOB = '''import os
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -43,11 +42,8 @@ def test_error_text_reads_both_layouts() -> None:
 def test_a_failing_ranks_error_file_lands_in_the_record_under_its_rank(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
     (tmp_path / "job.py").write_text(JOB)
-    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--", PY, "-m", "torch.distributed.run",
-                           "--standalone", "--nproc-per-node", "2", "job.py"],
-                          cwd=tmp_path, capture_output=True, env=env(), timeout=180)
+    done, record = torchrun_under_gpufix(tmp_path, "job.py")
     assert done.returncode == 1, done.stderr.decode()[-2000:]
-    (record,) = (tmp_path / "runs").iterdir()
     assert sorted(p.name for p in (record / "ranks").iterdir()) == ["error-rank1.json", "error-rank1.txt"]
     text = (record / "ranks" / "error-rank1.txt").read_text()
     assert text.startswith("# gpufix: torchelastic error file of rank 1 (") and text.rstrip().endswith(
@@ -61,9 +57,6 @@ def test_a_failing_ranks_error_file_lands_in_the_record_under_its_rank(tmp_path:
 
 def test_a_run_that_succeeds_keeps_no_ranks_folder(tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(JOB.replace("if rank == 1:", "if rank == 7:"))
-    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--", PY, "-m", "torch.distributed.run",
-                           "--standalone", "--nproc-per-node", "2", "job.py"],
-                          cwd=tmp_path, capture_output=True, env=env(), timeout=180)
+    done, record = torchrun_under_gpufix(tmp_path, "job.py")
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    (record,) = (tmp_path / "runs").iterdir()
     assert not (record / "ranks").exists()

@@ -21,7 +21,7 @@ from gpufix.distributed.flight_match import analyse, ranks_text
 from gpufix.logscan import LogScanner
 from gpufix.rules.loader import load_ruleset
 from tests.conftest import FIXTURES
-from tests.run.helpers import PY, env
+from tests.run.helpers import PY, env, torchrun_under_gpufix
 
 CASES = FIXTURES / "flight"
 ALL_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE",
@@ -303,11 +303,8 @@ def test_gpufix_run_points_the_recorder_into_the_record_and_diagnoses_the_dumps(
                                "    if rank == 0:\n        time.sleep(4)  # let rank 1 dump before torchrun ends it\n"
                                "    raise SystemExit(1 if rank == 0 else 0)\n")
     (tmp_path / "train.py").write_text(job)
-    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--", PY, "-m", "torch.distributed.run",
-                           "--standalone", "--nproc-per-node", "2", "train.py"],
-                          cwd=tmp_path, capture_output=True, env=env(), timeout=180)
+    done, record = torchrun_under_gpufix(tmp_path, "train.py")
     assert done.returncode == 1, done.stderr.decode()[-3000:]
-    (record,) = (tmp_path / "runs").iterdir()
     assert (record / "flight" / "report.txt").read_text().startswith("# gpufix-flight: rank 1 never reached all_reduce")
     result = json.loads((record / "result.json").read_text())
     codes = [f["code"] for f in result["findings"]]

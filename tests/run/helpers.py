@@ -35,6 +35,17 @@ def records(record_dir: Path) -> list[Path]:
     return sorted(p for p in record_dir.iterdir() if p.is_dir()) if record_dir.exists() else []
 
 
+def torchrun_under_gpufix(cwd: Path, script_name: str, *gpufix_options: str, nproc: int = 2,
+                          timeout: float = 180) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+    """`gpufix run [OPTIONS] -- python -m torch.distributed.run --standalone --nproc-per-node N SCRIPT` in
+    `cwd`, records in `cwd/runs`: the finished process and the one record it wrote."""
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", *gpufix_options, "--", PY, "-m",
+                           "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), script_name],
+                          cwd=cwd, capture_output=True, env=env(), timeout=timeout)
+    (record,) = records(cwd / "runs")
+    return done, record
+
+
 def wait_for(predicate, timeout_s: float = 10.0, step_s: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

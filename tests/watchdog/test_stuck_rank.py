@@ -4,11 +4,10 @@ watchdog names the rank that is not in the collective the others wait in, with i
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from gpufix.watchdog.analyze import cross_rank, main_thread, parse_faulthandler
-from tests.run.helpers import PY, env, records
+from tests.run.helpers import torchrun_under_gpufix
 
 IN_COLLECTIVE = '''# gpufix-probe stack dump 1 of pid 10 at 2026-12-01T20:02:20Z (request)
 Thread 0x00007f2a1c5ff640 (most recent call first):
@@ -73,13 +72,10 @@ def test_the_rank_outside_the_collective_is_named_with_its_line() -> None:
 
 def test_a_hung_torchrun_job_names_the_stuck_rank(tmp_path: Path) -> None:
     (tmp_path / "stuck.py").write_text(STUCK_JOB)
-    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "6", "--on-hang", "kill",
-                           "--", PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "stuck.py"],
-                          cwd=tmp_path, capture_output=True, env=env(), timeout=180)
+    done, record = torchrun_under_gpufix(tmp_path, "stuck.py", "--hang-timeout", "6", "--on-hang", "kill")
     err = done.stderr.decode()
     assert done.returncode != 0
     assert "HNG007 Rank 1" in err and "wait_for_flag (stuck.py:8)" in err, err[-3000:]
-    (record,) = records(tmp_path / "runs")
     findings = json.loads((record / "result.json").read_text())["findings"]
     root = findings[0]
     assert root["code"] == "HNG007" and root["fields"]["stuck_rank"] == "1" and root["fields"]["waiting_ranks"] == "0"
