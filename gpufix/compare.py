@@ -2,9 +2,9 @@
 
 Median step time comes from what the record's probe measured (`probe/`, docs/probe.md) when it
 has one, else from progress lines in output.log (tqdm `it/s` / `s/it`, HF
-Trainer `train_steps_per_second`, `step time` / `time/step` logs), else it is unknown. Memory,
-utilisation, temperature and power come from `telemetry.jsonl`; exit status, duration and
-findings from `result.json`.
+Trainer `train_steps_per_second`, `step time` / `time/step` logs), else it is unknown. The
+telemetry rows (the catalogue's, gpufix.signals: memory, utilisation, temperature, power) come
+from `telemetry.jsonl`; exit status, duration and findings from `result.json`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from gpufix.errors import InputError
 from gpufix.postmortem.telemetry import read_samples
 from gpufix.record.reader import Record, is_record
+from gpufix.signals import Signal, shown
 
 LOG_READ_BYTES = 64 << 20  # progress lines are everywhere; the first 64 MiB are plenty
 _RATES = (
@@ -26,6 +27,12 @@ _RATES = (
     (re.compile(rb"'train_steps_per_second':\s*(\d+(?:\.\d+)?)"), "HF train_steps_per_second", True),
     (re.compile(rb"(?:step[ _]time|time/step|time_per_step)[\s=:]+(\d+(?:\.\d+)?)\s*(ms|s)\b", re.I), "step time log", False),
 )
+# The telemetry rows, from the catalogue (gpufix.signals: `compare=` is a row's place). Each is
+# summed up over the run as its range, under its field's name, but for two: (key, label, summary).
+TELEMETRY_ROWS = shown("compare")
+_SUMMARIES = {"gpu.memory_used_mib": ("peak_memory_mib", "peak GPU memory", "peak"),
+              "gpu.power_w": ("power_w", "power mean / max", "mean_max")}
+_RATIO_ORDER = ("step_time_s", "peak_memory_mib", "duration_s", "power_w")  # as the JSON has had them
 
 
 @dataclass(frozen=True)
@@ -38,17 +45,36 @@ class RecordStats:
     duration_s: float | None
     step_time_s: float | None
     step_time_basis: str | None
-    peak_memory_mib: float | None
-    util_gpu_pct: dict[str, float] | None
-    temperature_c: dict[str, float] | None
-    power_w: dict[str, float] | None
+    telemetry: dict[str, Any]  # key (see _how) -> the row's summary: peak_memory_mib, util_gpu_pct, ...
     findings: list[str]
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "path": self.path, "exit_status": self.exit_status, "duration_s": self.duration_s,
                 "step_time_s": self.step_time_s, "step_time_basis": self.step_time_basis,
-                "peak_memory_mib": self.peak_memory_mib, "util_gpu_pct": self.util_gpu_pct,
-                "temperature_c": self.temperature_c, "power_w": self.power_w, "findings": list(self.findings)}
+                **self.telemetry, "findings": list(self.findings)}
+
+
+def _how(signal: Signal) -> tuple[str, str, str]:
+    """(key, row label, summary) of a telemetry row. Summaries: `range` (min and max), `peak` (the
+    maximum, with its ratio to the first record's) and `mean_max` (the ratio is the means')."""
+    return _SUMMARIES.get(signal.name, (signal.field, signal.title, "range"))
+
+
+def _summarise(kind: str, values: list[float]) -> Any:
+    if not values:
+        return None
+    if kind == "peak":
+        return max(values)
+    if kind == "mean_max":
+        return {"mean": round(statistics.fmean(values), 1), "max": max(values)}
+    return {"min": min(values), "max": max(values)}
+
+
+def _amount(kind: str, summary: Any) -> float | None:
+    """The number a summary's ratio is taken of (None: the summary has none)."""
+    if kind == "peak":
+        return summary
+    return (summary or {}).get("mean") if kind == "mean_max" else None
 
 
 def _probe_step_time(record: Record) -> float | None:
@@ -80,10 +106,6 @@ def _log_step_time(record: Record) -> tuple[float | None, str | None]:
     return None, None
 
 
-def _range(values: list[float]) -> dict[str, float] | None:
-    return {"min": min(values), "max": max(values)} if values else None
-
-
 def record_stats(record: str) -> RecordStats:
     """Read one record's numbers; raises InputError when `record` is not a run record."""
     if not is_record(record):
@@ -99,8 +121,10 @@ def record_stats(record: str) -> RecordStats:
     def values(key: str) -> list[float]:
         return [float(s[key]) for s in samples if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
 
-    power = values("power_w")
-    memory = values("memory_used_mib")
+    telemetry: dict[str, Any] = {}
+    for signal in TELEMETRY_ROWS:
+        key, _label, kind = _how(signal)
+        telemetry[key] = _summarise(kind, values(signal.field))
     codes = [f.get("code") for f in result.get("findings") or [] if isinstance(f, dict) and f.get("code")]
     exit_status = result.get("exit_status")
     duration = result.get("duration_s")
@@ -109,10 +133,7 @@ def record_stats(record: str) -> RecordStats:
         exit_status=exit_status if isinstance(exit_status, int) else None,
         duration_s=float(duration) if isinstance(duration, (int, float)) else None,
         step_time_s=step, step_time_basis=basis if step is not None else None,
-        peak_memory_mib=max(memory) if memory else None,
-        util_gpu_pct=_range(values("util_gpu_pct")), temperature_c=_range(values("temperature_c")),
-        power_w={"mean": round(statistics.fmean(power), 1), "max": max(power)} if power else None,
-        findings=codes,
+        telemetry=telemetry, findings=codes,
     )
 
 
@@ -131,12 +152,14 @@ def compare(records: list[str]) -> dict[str, Any]:
     out = []
     for s in stats:
         entry = s.to_dict()
-        entry["ratios"] = {
-            "step_time_s": _ratio(s.step_time_s, base.step_time_s),
-            "peak_memory_mib": _ratio(s.peak_memory_mib, base.peak_memory_mib),
-            "duration_s": _ratio(s.duration_s, base.duration_s),
-            "power_w": _ratio((s.power_w or {}).get("mean"), (base.power_w or {}).get("mean")),
-        }
+        ratios = {"step_time_s": _ratio(s.step_time_s, base.step_time_s),
+                  "duration_s": _ratio(s.duration_s, base.duration_s)}
+        for signal in TELEMETRY_ROWS:
+            key, _label, kind = _how(signal)
+            if kind != "range":
+                ratios[key] = _ratio(_amount(kind, s.telemetry[key]), _amount(kind, base.telemetry[key]))
+        order = {key: i for i, key in enumerate(_RATIO_ORDER)}
+        entry["ratios"] = dict(sorted(ratios.items(), key=lambda item: order.get(item[0], len(order))))
         out.append(entry)
     return {"records": out}
 
@@ -162,17 +185,22 @@ def table_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         ratio = r["ratios"].get(key)
         return text if ratio is None or r is recs[0] else f"{text} (×{ratio:g})"
 
+    def cell(r: dict[str, Any], key: str, kind: str, unit: str) -> str:
+        if kind == "range":
+            return _rng(r[key], unit)
+        if kind == "peak":
+            return with_ratio(r, _fmt(r[key], unit, 6), key)
+        return with_ratio(r, f"{r[key]['mean']:g} / {r[key]['max']:g}{unit}", key) if r[key] else "n/a"
+
     rows = [
         ["exit status", *[str(r["exit_status"]) if r["exit_status"] is not None else "n/a" for r in recs]],
         ["duration", *[with_ratio(r, _fmt(r["duration_s"], " s", 4), "duration_s") for r in recs]],
         ["median step time", *[with_ratio(r, _fmt(r["step_time_s"], " s"), "step_time_s") for r in recs]],
-        ["peak GPU memory", *[with_ratio(r, _fmt(r["peak_memory_mib"], " MiB", 6), "peak_memory_mib") for r in recs]],
-        ["GPU utilisation", *[_rng(r["util_gpu_pct"], " %") for r in recs]],
-        ["temperature", *[_rng(r["temperature_c"], " °C") for r in recs]],
-        ["power mean / max", *[with_ratio(r, f"{r['power_w']['mean']:g} / {r['power_w']['max']:g} W", "power_w")
-                               if r["power_w"] else "n/a" for r in recs]],
-        ["findings", *[", ".join(r["findings"]) or "-" for r in recs]],
     ]
+    for signal in TELEMETRY_ROWS:
+        key, label, kind = _how(signal)
+        rows.append([label, *[cell(r, key, kind, f" {signal.unit}") for r in recs]])
+    rows.append(["findings", *[", ".join(r["findings"]) or "-" for r in recs]])
     return header, rows
 
 

@@ -31,7 +31,6 @@ else:
 AGGREGATES = ("mean", "min", "max", "median", "p90", "p10", "first", "last", "delta", "late_delta", "slope", "spread",
               "count", "sum")
 OPERATORS = ("<", "<=", ">", ">=", "==", "!=")
-GROUPINGS = ("gpu", "rank", "none")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 
 
@@ -67,33 +66,23 @@ class SeriesResult(NamedTuple):
     reason: str = ""
 
 
-# The series a rule may name, with their natural grouping. Telemetry comes from a run record's
+# The series a rule may name, with their natural grouping, are the catalogue's (gpufix.signals:
+# where each is read from, its unit, its displays). Telemetry comes from a run record's
 # telemetry.jsonl (gpufix.telemetry), `output.*` from its output index, `probe.*` from the
-# in-process probe. A rule naming anything else is rejected by `gpufix rules check`.
-SERIES: dict[str, str] = {
-    "gpu.util_gpu_pct": "gpu", "gpu.util_mem_pct": "gpu", "gpu.memory_used_mib": "gpu",
-    "gpu.memory_total_mib": "gpu", "gpu.memory_used_frac": "gpu", "gpu.power_w": "gpu",
-    "gpu.power_limit_w": "gpu", "gpu.temperature_c": "gpu", "gpu.sm_clock_mhz": "gpu",
-    "gpu.throttle_thermal": "gpu", "gpu.throttle_power": "gpu", "gpu.throttle_hw_slowdown": "gpu",
-    "gpu.pcie_gen": "gpu", "gpu.pcie_gen_max": "gpu", "gpu.pcie_width": "gpu", "gpu.pcie_width_max": "gpu",
-    "gpu.pcie_gen_frac": "gpu", "gpu.pcie_width_frac": "gpu",
-    "gpu.ecc_uncorrected": "gpu",
-    "host.cpu_pct": "none", "host.rss_mib": "none",
-    "output.bytes_per_s": "none", "output.blocked_frac": "none",
-    "probe.step_time_s": "rank", "probe.data_wait_s": "rank", "probe.data_wait_frac": "rank",
-    "probe.cuda_allocated_mib": "rank", "probe.cuda_reserved_mib": "rank", "probe.cuda_peak_mib": "rank",
-    "probe.batch_size": "rank", "probe.num_workers": "rank", "probe.rss_mib": "rank",
-    # AMP's GradScaler, per step record: steps it skipped (inf/NaN gradients), the steps it judged,
-    # their ratio, and the loss scale (where the probe knows it without a GPU synchronisation)
-    "probe.amp_skipped": "rank", "probe.amp_steps": "rank", "probe.amp_skipped_frac": "rank",
-    "probe.amp_scale": "rank",
-    # one sample per process: seconds its steps waited for the DataLoader in all
-    "probe.data_wait_total_s": "rank",
-    # one sample per run, from the probe's facts: GPUs the job could see, whether it ever
-    # allocated CUDA memory (0/1), how many optimizer steps it took
-    "probe.gpu_visible": "none", "probe.cuda_ever_allocated": "none", "probe.steps": "none",
-    "probe.torch_has_cuda": "none",
-}
+# in-process probe. A rule naming anything else is rejected by `gpufix rules check`. Made on
+# first use (__getattr__): `gpufix explain` judges rules without them, and its start-up is budgeted.
+SERIES: dict[str, str]  # series name -> grouping
+GROUPINGS: tuple[str, ...]  # a rule's `per:`
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("SERIES", "GROUPINGS"):
+        from gpufix import signals
+
+        globals().update(SERIES={s.name: s.per for s in signals.SIGNALS}, GROUPINGS=signals.GROUPINGS)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 SERIES_KEYS = {"series": True, "agg": True, "op": True, "value": True, "window": True, "for": False,
                "per": False, "min_samples": False, "as": False, "compare": False}

@@ -2,9 +2,10 @@
 
 `status(record_dir)` reads a running or finished record (docs/run-record.md, docs/probe.md) and
 returns a plain dict: the run (name, command, state, exit status, elapsed), the probe's step rate
-and data-wait fraction per rank, per-GPU summaries of utilisation, memory, temperature and power
-(last, min, max, and ~40 values over time for a sparkline), and the current findings of
-`explain`. `render_text` turns that dict into the text report; `sparkline` draws the values.
+and data-wait fraction per rank, per-GPU summaries of the catalogue's status rows (gpufix.signals:
+utilisation, memory, temperature and power; last, min, max, and ~40 values over time for a
+sparkline), and the current findings of `explain`. `render_text` turns that dict into the text
+report; `sparkline` draws the values.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gpufix import signals
 from gpufix.errors import GpufixError, InputError
 from gpufix.record.layout import OUTPUT_INDEX, OUTPUT_LOG, PROBE, TELEMETRY
 from gpufix.record.meta import supervisor_alive
@@ -28,13 +30,22 @@ BLOCKS = "▁▂▃▄▅▆▇█"
 POINTS = 40  # values kept per series for its sparkline
 RECENT_S = 60.0  # the "recent" window for step rate and data wait, seconds before the last step record
 
-# Telemetry field -> (key in the status dict, fixed scale: low, high field or number)
-GPU_FIELDS = {
-    "util_gpu_pct": ("util_pct", 0.0, 100.0),
-    "memory_used_mib": ("memory_mib", 0.0, "memory_total_mib"),
-    "temperature_c": ("temperature_c", None, None),
-    "power_w": ("power_w", 0.0, "power_limit_w"),
-}
+# The rows per GPU, from the catalogue (gpufix.signals: `status=` is a row's place). Each is
+# summarised under its field's name in the status document, but for two older names.
+GPU_ROWS = signals.shown("status")
+_KEYS = {"gpu.util_gpu_pct": "util_pct", "gpu.memory_used_mib": "memory_mib"}
+
+
+def _key(signal: signals.Signal) -> str:
+    return _KEYS.get(signal.name, signal.field)
+
+
+def _fixed_scale(signal: signals.Signal) -> tuple[float | None, float | str | None]:
+    """A sparkline's scale: a percentage 0..100, a field with a limit 0..the limit's value (a
+    field name), else None (the values' own min..max)."""
+    if signal.unit == "%":
+        return 0.0, 100.0
+    return (0.0, signal.limit) if signal.limit else (None, None)
 
 
 def _number(value: Any) -> float | None:
@@ -201,6 +212,8 @@ def _run_info(record: Path, meta: dict[str, Any], result: dict[str, Any], now: f
 
 def _gpus(telemetry: RecordTelemetry) -> tuple[list[dict[str, Any]], list[str]]:
     """Per-GPU summaries and telemetry notes from telemetry.jsonl: every GPU's, the job's marked."""
+    limits = tuple(s.limit for s in GPU_ROWS if s.limit)  # their last value scales the rows
+    read = tuple(dict.fromkeys((*(s.field for s in GPU_ROWS), *limits)))
     per_gpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
     last_of: dict[str, dict[str, float]] = {}
     notes: list[str] = []
@@ -215,7 +228,7 @@ def _gpus(telemetry: RecordTelemetry) -> tuple[list[dict[str, Any]], list[str]]:
         elif kind == "sample":
             gpu = str(obj["gpu"])
             fields = per_gpu.setdefault(gpu, {})
-            for field in (*GPU_FIELDS, "memory_total_mib", "power_limit_w"):
+            for field in read:
                 value = _number(obj.get(field))
                 if value is not None:
                     fields.setdefault(field, []).append((t, value))
@@ -228,10 +241,10 @@ def _gpus(telemetry: RecordTelemetry) -> tuple[list[dict[str, Any]], list[str]]:
         fields = per_gpu[gpu]
         entry: dict[str, Any] = {"gpu": int(gpu) if gpu.isdigit() else gpu, "name": names.get(gpu),
                                  "job": (gpu in job) if job else None}
-        for field, (key, _lo, _hi) in GPU_FIELDS.items():
-            entry[key] = _summary(sorted(fields.get(field, [])))
-        entry["memory_total_mib"] = last_of.get(gpu, {}).get("memory_total_mib")
-        entry["power_limit_w"] = last_of.get(gpu, {}).get("power_limit_w")
+        for signal in GPU_ROWS:
+            entry[_key(signal)] = _summary(sorted(fields.get(signal.field, [])))
+        for limit in limits:
+            entry[limit] = last_of.get(gpu, {}).get(limit)
         entry["xids"] = xids.get(gpu, [])
         out.append(entry)
     return out, notes
@@ -289,12 +302,12 @@ def _training(probe_dir: str) -> list[dict[str, Any]]:
 
 
 def _findings(record: Record, ruleset: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """Codes, titles and messages of what `explain` finds in the record now."""
-    from gpufix.diagnosis import diagnose_inputs as explain
+    """Codes, titles and messages of what the diagnosis finds in the record now."""
+    from gpufix.diagnosis import diagnose_inputs
     from gpufix.rules.loader import load_ruleset
 
     try:
-        diagnosis = explain([record.path], ruleset if ruleset is not None else load_ruleset())
+        diagnosis = diagnose_inputs([record.path], ruleset if ruleset is not None else load_ruleset())
     except InputError:
         return [], []  # nothing written or measured yet
     except GpufixError as exc:
@@ -342,6 +355,17 @@ def _scale(gpu: dict[str, Any], lo: float | None, hi: float | str | None) -> tup
     return lo, hi
 
 
+def _row_texts(signal: signals.Signal, s: dict[str, Any], limit: float | None) -> tuple[str, str]:
+    """A GPU row's numbers: the last value (of its limit, where known) and the range. Memory is
+    shown in GiB, and its peak; a percentage without a space."""
+    if signal.unit == "MiB":
+        of = f"/{limit / 1024:.0f} GiB" if limit else " GiB"
+        return f"{s['last'] / 1024:.1f}{of}", f"max {s['max'] / 1024:.1f} GiB"
+    unit = signal.unit if signal.unit == "%" else f" {signal.unit}"
+    of = f"/{limit:.0f}{unit}" if limit else unit
+    return f"{s['last']:.0f}{of}", f"{s['min']:.0f}-{s['max']:.0f}{unit}"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """The status report as plain text (sparklines from the downsampled values)."""
     run = doc["run"]
@@ -383,25 +407,15 @@ def render_text(doc: dict[str, Any]) -> str:
     for gpu in doc["gpus"]:
         whose = {True: "", False: "  (not this job's)", None: ""}[gpu.get("job")]
         lines.append(f"  GPU {gpu['gpu']}" + (f"  {gpu['name']}" if gpu.get("name") else "") + whose)
-        rows = (
-            ("util", "util_pct", lambda s: f"{s['last']:.0f}%", lambda s: f"{s['min']:.0f}-{s['max']:.0f}%"),
-            ("memory", "memory_mib",
-             lambda s: f"{s['last'] / 1024:.1f}" + (f"/{gpu['memory_total_mib'] / 1024:.0f} GiB" if gpu["memory_total_mib"] else " GiB"),
-             lambda s: f"max {s['max'] / 1024:.1f} GiB"),
-            ("temp", "temperature_c", lambda s: f"{s['last']:.0f} °C", lambda s: f"{s['min']:.0f}-{s['max']:.0f} °C"),
-            ("power", "power_w",
-             lambda s: f"{s['last']:.0f}" + (f"/{gpu['power_limit_w']:.0f} W" if gpu["power_limit_w"] else " W"),
-             lambda s: f"{s['min']:.0f}-{s['max']:.0f} W"),
-        )
-        for label, key, now_text, range_text in rows:
-            summary = gpu[key]
+        for signal in GPU_ROWS:
+            summary = gpu[_key(signal)]
             if summary is None:
-                lines.append(f"    {label:<7} {'-':>14}")
+                lines.append(f"    {signal.label:<7} {'-':>14}")
                 continue
-            field = next(f for f, spec in GPU_FIELDS.items() if spec[0] == key)
-            lo, hi = _scale(gpu, GPU_FIELDS[field][1], GPU_FIELDS[field][2])
-            lines.append(f"    {label:<7} {now_text(summary):>14}  {sparkline(summary['values'], lo=lo, hi=hi)}  "
-                         f"({range_text(summary)})")
+            lo, hi = _scale(gpu, *_fixed_scale(signal))
+            now_text, range_text = _row_texts(signal, summary, gpu.get(signal.limit) if signal.limit else None)
+            lines.append(f"    {signal.label:<7} {now_text:>14}  {sparkline(summary['values'], lo=lo, hi=hi)}  "
+                         f"({range_text})")
         if gpu.get("xids"):
             events = gpu["xids"]
             shown = ", ".join(f"{e['xid']} at {time.strftime('%H:%M:%S', time.gmtime(e['t']))}Z" for e in events[:5])

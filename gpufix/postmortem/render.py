@@ -14,11 +14,12 @@ from gpufix.postmortem.core import Postmortem
 from gpufix.postmortem.times import iso
 from gpufix.report.markdown import _code
 from gpufix.report.text import _Style, render_finding
+from gpufix.signals import shown
 
 _STATUS_STYLE = {"failed": "bold red", "succeeded": "green", SUCCEEDED_WITH_FINDINGS: "bold yellow",
                  "running": "yellow", "unknown": "dim"}
-_UNITS = {"memory_used_mib": ("memory", " MiB"), "util_gpu_pct": ("util", " %"),
-          "temperature_c": ("temp", " °C"), "power_w": ("power", " W")}
+# field -> (label, unit) of the telemetry summary's metrics (gpufix.postmortem.telemetry.METRICS)
+_UNITS = {s.field: (s.label, f" {s.unit}") for s in shown("postmortem")}
 
 
 def _when(moment: str | None) -> str:

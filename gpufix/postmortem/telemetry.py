@@ -12,8 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpufix.postmortem.times import from_unix, iso
+from gpufix.signals import shown
 
-METRICS = ("memory_used_mib", "util_gpu_pct", "temperature_c", "power_w")
+# The fields summarised, from the catalogue (gpufix.signals: `postmortem=` is a row's place).
+METRICS = tuple(s.field for s in shown("postmortem"))
 _UNIX_FLOOR = 1e9  # 2001: anything smaller is relative to the job's start
 
 
@@ -38,7 +40,7 @@ def sample_time(sample: dict[str, Any], started: datetime | None) -> datetime | 
 
 def summarise(samples: list[dict[str, Any]], end: datetime | None, window_s: float,
               started: datetime | None = None) -> dict[str, Any] | None:
-    """Per GPU min/max of memory, utilisation, temperature and power in the window before `end`.
+    """Per GPU min/max of the METRICS (memory, utilisation, temperature, power) in the window before `end`.
 
     Without `end` (a run with no known failure time) the window is the last one recorded.
     """

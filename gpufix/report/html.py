@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufix import __version__
-from gpufix.report.html_plot import telemetry_html
+from gpufix.report.html_plot import PANELS, telemetry_html
 from gpufix.report.html_style import CSS
 from gpufix.report.html_text import MAX_LINE, attr, duration, esc, ranks_text, slug, to_epoch, when
 
@@ -270,9 +270,9 @@ def _value_html(value: Any) -> str:
 
 
 def _telemetry_window_html(window: dict[str, Any]) -> str:
-    """Without the samples, the document's per-GPU ranges in the minutes before the failure."""
-    names = (("memory_used_mib", "Memory used (MiB)"), ("util_gpu_pct", "GPU utilisation (%)"),
-             ("power_w", "Power (W)"), ("temperature_c", "Temperature (°C)"))
+    """Without the samples, the document's per-GPU ranges in the minutes before the failure: a
+    column for each plot's main line (gpufix.postmortem.telemetry.METRICS summarises them)."""
+    names = tuple((p.lines[0].field, f"{p.lines[0].label} ({p.unit})") for p in PANELS)
     rows = []
     for gpu, metrics in _dict(window.get("gpus")).items():
         cells = []

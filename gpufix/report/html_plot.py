@@ -1,13 +1,14 @@
 """Telemetry plots for the HTML report: inline SVG drawn here, no charting library.
 
-Per GPU, four small panels over one shared time axis (UTC): memory used against the total,
-utilisation (GPU and memory controller), power against the limit, temperature. The failure
-moment is a red vertical line with a label on every panel; Xid events the sampler saw are
-orange lines. A missing value (a field NVML did not report, or a pause in sampling longer than
-three sampling intervals) is a gap in the line, never a line drawn across it. A series denser
-than `BUCKETS` time buckets per plot is drawn as the band between each bucket's minimum and
-maximum (a few hundred points, whatever the length of the run), so a one-second spike in a
-ten-hour run still shows; a sparser one is a line through every sample, a lone sample a dot.
+Per GPU, small panels over one shared time axis (UTC), as the catalogue (gpufix.signals: a row's
+`panel`) places the signals: memory used against the total, utilisation (GPU and memory
+controller), power against the limit, temperature. The failure moment is a red vertical line
+with a label on every panel; Xid events the sampler saw are orange lines. A missing value (a
+field NVML did not report, or a pause in sampling longer than three sampling intervals) is a gap
+in the line, never a line drawn across it. A series denser than `BUCKETS` time buckets per plot
+is drawn as the band between each bucket's minimum and maximum (a few hundred points, whatever
+the length of the run), so a one-second spike in a ten-hour run still shows; a sparser one is a
+line through every sample, a lone sample a dot.
 
 Colours come from CSS classes defined by the page, so the plots follow its light or dark scheme
 and print in black on white.
@@ -18,7 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from gpufix import signals
 from gpufix.report.html_text import attr, clock, esc, when
+from gpufix.signals import Signal
 
 BUCKETS = 240  # time buckets per plot; a denser series is drawn as its min-max band
 UNIX_FLOOR = 1e9  # 2001: a smaller `t` is seconds since the job started
@@ -31,7 +34,7 @@ _TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10
 
 class Line(NamedTuple):
     field: str
-    label: str
+    label: str  # the signal's heading: "Memory used"
     css: str  # "main" (solid) or "ref" (dashed reference: a total or a limit)
 
 
@@ -42,12 +45,25 @@ class Panel(NamedTuple):
     lines: tuple[Line, ...]
 
 
-PANELS = (
-    Panel("memory", "Memory", "MiB", (Line("memory_used_mib", "used", "main"), Line("memory_total_mib", "total", "ref"))),
-    Panel("util", "Utilisation", "%", (Line("util_gpu_pct", "GPU", "main"), Line("util_mem_pct", "memory", "ref"))),
-    Panel("power", "Power", "W", (Line("power_w", "draw", "main"), Line("power_limit_w", "limit", "ref"))),
-    Panel("temp", "Temperature", "°C", (Line("temperature_c", "GPU", "main"),)),
-)
+# The panels in their order on the page, and their titles; a panel the catalogue names that is
+# not here follows them, titled after its main line.
+_PANEL_TITLES = {"memory": "Memory", "util": "Utilisation", "power": "Power", "temp": "Temperature"}
+
+
+def panels(rows: tuple[Signal, ...] | None = None) -> tuple[Panel, ...]:
+    """The plots per GPU, from the catalogue's (default: SIGNALS) `panel` column: a panel's solid
+    (main) line first, then its dashed ones, each in the catalogue's order; the main line's unit."""
+    drawn = [s for s in (signals.SIGNALS if rows is None else rows) if s.panel]
+    out = []
+    for key in dict.fromkeys([*_PANEL_TITLES, *(s.panel for s in drawn)]):
+        mine = sorted((s for s in drawn if s.panel == key), key=lambda s: s.ref)
+        if mine:
+            out.append(Panel(key, _PANEL_TITLES.get(key, mine[0].heading), mine[0].unit,
+                             tuple(Line(s.field, s.heading, "ref" if s.ref else "main") for s in mine)))
+    return tuple(out)
+
+
+PANELS = panels()
 
 
 class Marker(NamedTuple):
@@ -293,7 +309,7 @@ def _headline(panel: Panel, lines: list[tuple[Line, list[list[tuple[float, float
 
 
 def telemetry_html(records: list[Any] | None, failed_at: float | None, anchor: str, started: float | None = None) -> str:
-    """The telemetry block of one run: a figure of four panels per GPU, or a sentence saying why not."""
+    """The telemetry block of one run: a figure of PANELS per GPU, or a sentence saying why not."""
     by_gpu, xids = split_telemetry(records or [], started)
     if not by_gpu:
         return '<p class="none">No telemetry recorded for this run.</p>'

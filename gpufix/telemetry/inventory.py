@@ -187,10 +187,9 @@ class InventorySource(Protocol):
 class GpuSample:
     """One GPU at one moment. Field names are the `telemetry.jsonl` keys (units in the names).
 
-    `nvidia-smi --query-gpu` equivalents: utilization.gpu, utilization.memory, memory.used,
-    memory.total, power.draw, power.limit, temperature.gpu, clocks.sm, clocks_event_reasons.active,
-    pcie.link.gen.current, pcie.link.width.current, ecc.errors.uncorrected.volatile.total,
-    pcie.link.gen.max, pcie.link.width.max.
+    Each field but `t` and `gpu` has its row in the catalogue (gpufix/signals.py: its series,
+    unit, `nvidia-smi --query-gpu` equivalent, displays): a new field needs one there too, or
+    it is recorded but no rule or display sees it.
     """
 
     t: float

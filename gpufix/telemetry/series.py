@@ -1,13 +1,14 @@
 """A recorded `telemetry.jsonl` as the measured series rules judge (gpufix/series.py).
 
-Each GPU field becomes `gpu.<field>` grouped by GPU index, with derived series a rule needs:
-`gpu.memory_used_frac` (used / total), `gpu.pcie_gen_frac` and `gpu.pcie_width_frac` (current /
-maximum link) and 0/1 flags for throttling (`gpu.throttle_thermal`,
-`gpu.throttle_power`, `gpu.throttle_hw_slowdown`). The job tree's `host` lines become
-`host.cpu_pct` and `host.rss_mib`. Every sample points back at its line in the file, so a
-finding can quote it. Xid events become kernel-style lines (`NVRM: Xid (PCI:...): 79, ...`) for
-the hardware rules, which otherwise see Xids only where the kernel log is readable - seldom in a
-container.
+What each line gives comes from the catalogue (gpufix/signals.py): each GPU field the sampler
+reads from NVML becomes its series (`power_w` -> `gpu.power_w`), grouped by GPU index, with
+the derived series a rule needs: ratios of a field to its limit (`gpu.memory_used_frac`,
+`gpu.pcie_gen_frac`, `gpu.pcie_width_frac`) and 0/1 flags for throttling (`gpu.throttle_thermal`,
+`gpu.throttle_power`, `gpu.throttle_hw_slowdown`) from the clock-event reasons. The job tree's
+`host` lines become `host.cpu_pct` and `host.rss_mib`. Every sample points back at its line in
+the file, so a finding can quote it. Xid events become kernel-style lines (`NVRM: Xid
+(PCI:...): 79, ...`) for the hardware rules, which otherwise see Xids only where the kernel log
+is readable - seldom in a container.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from typing import NamedTuple
 
 from gpufix.record.reader import RecordTelemetry
 from gpufix.series import Sample
+from gpufix.signals import DERIVED, GPU, HOST, NVML, SIGNALS
 
-_GPU_FIELDS = ("util_gpu_pct", "util_mem_pct", "memory_used_mib", "memory_total_mib", "power_w", "power_limit_w",
-               "temperature_c", "sm_clock_mhz", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max",
-               "ecc_uncorrected")
-# NVML clock-event reason names (gpufix.telemetry.inventory.throttle_names) by what they mean.
-_THROTTLE_FLAGS = {
-    "gpu.throttle_thermal": ("sw_thermal_slowdown", "hw_thermal_slowdown"),
-    "gpu.throttle_power": ("sw_power_cap", "hw_power_brake_slowdown"),
-    "gpu.throttle_hw_slowdown": ("hw_slowdown",),
-}
+# From the catalogue: (field, series) read from GPU sample lines; (field, limit field, series)
+# derived as field / limit; (list field, entries, series) 0/1 flags; (field, series) of host lines.
+_GPU_FIELDS = tuple((s.field, s.name) for s in SIGNALS if s.source == NVML)
+_RATIOS = tuple((s.field, s.limit, s.name) for s in SIGNALS if s.source == DERIVED and s.per == GPU and s.limit)
+_FLAGS = tuple((s.field, s.match, s.name) for s in SIGNALS if s.source == DERIVED and s.per == GPU and s.match)
+_HOST_FIELDS = tuple((s.field, s.name) for s in SIGNALS if s.source == HOST)
 
 
 class TelemetryEvidence(NamedTuple):
@@ -65,25 +64,23 @@ def telemetry_evidence(telemetry: str | RecordTelemetry, source: str | None = No
                     pci[g["gpu"]] = (g["pci_bus_id"], str(g.get("name") or ""))
         elif kind == "sample":
             group = str(obj["gpu"])
-            for field in _GPU_FIELDS:
+            for field, name in _GPU_FIELDS:
                 value = obj.get(field)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    add(f"gpu.{field}", t, value, group, line)
-            for part, whole, name in (("memory_used_mib", "memory_total_mib", "gpu.memory_used_frac"),
-                                      ("pcie_gen", "pcie_gen_max", "gpu.pcie_gen_frac"),
-                                      ("pcie_width", "pcie_width_max", "gpu.pcie_width_frac")):
+                    add(name, t, value, group, line)
+            for part, whole, name in _RATIOS:
                 value, limit = obj.get(part), obj.get(whole)
                 if isinstance(value, (int, float)) and isinstance(limit, (int, float)) and limit > 0:
                     add(name, t, value / limit, group, line)
-            reasons = obj.get("throttle_reasons")
-            if isinstance(reasons, list):
-                for name, flags in _THROTTLE_FLAGS.items():
+            for field, flags, name in _FLAGS:
+                reasons = obj.get(field)
+                if isinstance(reasons, list):
                     add(name, t, 1.0 if any(r in flags for r in reasons) else 0.0, group, line)
         elif kind == "host":
-            for field in ("cpu_pct", "rss_mib"):
+            for field, name in _HOST_FIELDS:
                 value = obj["host"].get(field)
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    add(f"host.{field}", t, value, None, line)
+                    add(name, t, value, None, line)
     lines = [(line, _xid_line(gpu, xid, pci.get(gpu) if gpu is not None else None, t)) for line, t, gpu, xid in xids]
     return TelemetryEvidence(out, telemetry.job_gpus, [(n, text) for n, text in lines if text])
 
