@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from gpufix.cli.output import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, emit, fail
+from gpufix.cli.output import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, fail
+from gpufix.report.terminal import emit
 from gpufix.errors import GpufixError
 
 FORMATS = ("text", "json", "markdown")

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from gpufix.cli.output import emit, fail, use_color
+from gpufix.cli.output import fail
+from gpufix.report.terminal import emit, use_color
 from gpufix.errors import GpufixError
 
 

@@ -48,12 +48,17 @@ def main(argv: list[str] | None = None) -> Any:
     """Console entry point (`gpufix`, `python -m gpufix`)."""
     _standard_streams_open()
     args = list(sys.argv[1:] if argv is None else argv)
-    from gpufix.cli import explain, run
+    if args and args[0] == "explain":
+        from gpufix.cli import explain
 
-    fast = explain.simple_args(args)
-    if fast is not None:
-        return guarded(lambda: explain.run_explain(**fast))
-    fast_run = run.simple_args(args)
+        fast = explain.simple_args(args)
+        if fast is not None:
+            return guarded(lambda: explain.run_explain(**fast))
+    fast_run = None
+    if args and args[0] == "run":
+        from gpufix.cli import run
+
+        fast_run = run.simple_args(args)
     if fast_run is not None:
         from gpufix.runner import run_command
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from gpufix.cli.output import EXIT_CLEAN, EXIT_FINDINGS, emit, fail, use_color
+from gpufix.cli.output import EXIT_CLEAN, EXIT_FINDINGS, fail
 from gpufix.errors import GpufixError
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
@@ -57,6 +57,7 @@ def run_explain(inputs: list[str], fmt: str, brief: bool, rule_dirs: list[str]) 
         sys.stdout.write(markdown.render(findings, sources, notes))
     else:
         from gpufix.report import text
+        from gpufix.report.terminal import emit, use_color
 
         color = use_color()
         verdicts = None

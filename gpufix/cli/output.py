@@ -1,6 +1,6 @@
-"""What every command shares on the way out: exit codes, colour, reports on stdout, the error
-guard that keeps Python tracebacks from users, and the one-line finding summaries written on
-stderr (run, attach, the hang watchdog, stacks)."""
+"""What every command shares on the way out: exit codes, gpufix's own errors in pip's layout, and
+the guard that keeps Python tracebacks from users. (Colour and writing reports: report.terminal;
+the one-line finding summaries: report.run.)"""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import sys
 
 from gpufix.errors import GpufixError
-from gpufix.report.terminal import emit, use_color
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "emit", "fail", "guarded", "use_color"]
+__all__ = ["EXIT_CLEAN", "EXIT_ERROR", "EXIT_FINDINGS", "fail", "guarded"]
 
 
 def fail(exc: GpufixError) -> NoReturn:

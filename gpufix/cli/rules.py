@@ -8,7 +8,8 @@ import sys
 import click
 
 from gpufix.cli.options import rules_option
-from gpufix.cli.output import EXIT_ERROR, EXIT_FINDINGS, emit, fail, use_color
+from gpufix.cli.output import EXIT_ERROR, EXIT_FINDINGS, fail
+from gpufix.report.terminal import emit, use_color
 from gpufix.errors import GpufixError, RuleError
 
 

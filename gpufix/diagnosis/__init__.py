@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from gpufix.rules.model import RuleSet
 
 from gpufix.diagnosis.inputs import open_input, scan
-from gpufix.diagnosis.record import add_record_evidence
 from gpufix.engine import evaluate
 from gpufix.errors import InputError
 from gpufix.evidence import Evidence
@@ -78,6 +77,8 @@ def diagnose(evidence: Evidence, ruleset: RuleSet) -> Diagnosis:
 def evidence_from_record(record_dir: str, scanner: LogScanner, output: bytes | None = None) -> Evidence:
     """A run record's evidence: its output.log (or `output`, what `gpufix run` kept in memory when
     the log is incomplete, quoted as output.log's lines), stack dumps and measurements."""
+    from gpufix.diagnosis.record import add_record_evidence  # not on a pasted traceback's path
+
     log = os.path.join(record_dir, OUTPUT_LOG)
     if output is not None:
         evidence = scanner.scan_bytes(output, log)
