@@ -328,7 +328,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
     environment changes, and a value the user set is never overridden.
     """
     samplers: list[Sampler] = [sampler] if sampler is not None else []
-    env = original_environ()
+    env = user_env = original_environ()
     started_unix = time.time()
     run_name = name or default_name(command)
     record = _open_record(record_parent_dir, run_name, no_record, started_unix)
@@ -342,6 +342,9 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
         except OSError as exc:
             warn(f"cannot create the probe's folder ({exc.strerror or exc}); running without the probe")
         env = _flight_recorder_env(env, record.path)
+    # what gpufix itself set or changed for the job: the record says so, so that nothing reads them
+    # as the user's own settings (the post-mortem's environment changes)
+    gpufix_env = sorted(k.decode(errors="surrogateescape") for k, v in env.items() if user_env.get(k) != v)
     cwd = os.getcwd()
     terminal_kinds = _terminal_kinds()
     probe: list[PackageVersions] = []
@@ -359,7 +362,7 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
         if record is not None:
             try:
                 record.meta = initial_meta(command, cwd, environ, started_unix, terminal_kinds)
-                record.write_meta({"job_pid": pid, "git": git_info(cwd), "name": run_name,
+                record.write_meta({"job_pid": pid, "git": git_info(cwd), "name": run_name, "gpufix_env": gpufix_env,
                                    "record_dir": os.path.abspath(record.path), "ephemeral": record.ephemeral})
             except Exception as exc:  # noqa: BLE001 - the sampler and the probe still start
                 warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")

@@ -148,20 +148,21 @@ def environment(record: dict[str, Any], files: list[FileResult]) -> dict[str, An
         "gpu": _first(gpu, logged.get("gpu")),
         "python": _first(job_python.get("python"), python.get("version")),
         "packages": dict(packages) if packages else None,
-        "variables": dict(meta["environment"]) if isinstance(meta.get("environment"), dict) else None,
+        "variables": _variables(meta),
     }
     return env
 
 
-def _is_flight_default(name: str, value: Any) -> bool:
-    """A flight-recorder variable with the value `gpufix run` gives it (its dump prefix names the record)."""
-    from gpufix.distributed.env import BUFFER_SIZE, DUMP_ON_TIMEOUT, FILE_VARS, FLIGHT_DIR, SIZE_VARS
-
-    if not isinstance(value, str):
-        return False
-    if name in FILE_VARS:
-        return value.replace("\\", "/").endswith(f"/{FLIGHT_DIR}/rank_")
-    return (name in SIZE_VARS and value == BUFFER_SIZE) or (name == DUMP_ON_TIMEOUT and value == "1")
+def _variables(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's recorded variables less those gpufix set for it (meta.json's `gpufix_env`; a record
+    older than that list names none, and `users_variables` recognises gpufix's own by name). Its
+    PYTHONPATH stays: gpufix only put the probe first on it, and `users_variables` takes that out."""
+    variables = meta.get("environment")
+    if not isinstance(variables, dict):
+        return None
+    own = meta.get("gpufix_env")
+    own = {name for name in own if isinstance(name, str)} - {"PYTHONPATH"} if isinstance(own, list) else set()
+    return {name: value for name, value in variables.items() if name not in own}
 
 
 def _is_probe_entry(entry: str) -> bool:
@@ -174,7 +175,7 @@ def users_variables(variables: dict[str, Any] | None) -> dict[str, Any]:
     entry (dropped when nothing else is on it), so only what the user set is compared."""
     out = {}
     for name, value in (variables or {}).items():
-        if name.upper().startswith(OWN_VARIABLE_PREFIX) or _is_flight_default(name, value):
+        if name.upper().startswith(OWN_VARIABLE_PREFIX):
             continue
         if name == "PYTHONPATH" and isinstance(value, str):
             entries = value.split(os.pathsep)

@@ -154,20 +154,25 @@ def test_a_users_own_pythonpath_change_is_reported(tmp_path: Path, ruleset: Rule
 
 
 def test_the_flight_recorder_variables_gpufix_sets_are_no_environment_change(tmp_path: Path, ruleset: RuleSet) -> None:
-    """An old record without them, a new one with them (its dump prefix names its own record): nothing
-    changed that the user did; a buffer size the user chose is still compared."""
+    """An old record without them, a new one with them (its dump prefix names its own record; meta.json's
+    gpufix_env says gpufix set them): nothing changed that the user did; a buffer size the user chose is
+    still compared."""
     _night(tmp_path, 24, CLEAN_LOG, 0, environment={"CUDA_VISIBLE_DEVICES": "0"})
     _night(tmp_path, 25, OOM_LOG, 1, environment={
         "CUDA_VISIBLE_DEVICES": "0", "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "20251125T020000Z-train-000025" / "flight" / "rank_")})
+        "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "20251125T020000Z-train-000025" / "flight" / "rank_")},
+        gpufix_env=["TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT"])
     assert postmortem([str(tmp_path)], ruleset, use_index=False).summary["environment_diff"] == []
-    _night(tmp_path, 26, OOM_LOG, 1, environment={"CUDA_VISIBLE_DEVICES": "0", "TORCH_FR_BUFFER_SIZE": "20000"})
+    # set by the user (no gpufix_env): compared, even where the value is the one gpufix would have set
+    _night(tmp_path, 26, OOM_LOG, 1, environment={"CUDA_VISIBLE_DEVICES": "0", "TORCH_FR_BUFFER_SIZE": "20000",
+                                                  "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"})
     from gpufix.postmortem.runinfo import environment_diff
 
     runs = {r.id: r for r in postmortem([str(tmp_path)], ruleset, use_index=False).runs}
     assert environment_diff(runs["20251124T020000Z-train-000024"].environment,
                             runs["20251126T020000Z-train-000026"].environment) == [
-        {"key": "variable TORCH_FR_BUFFER_SIZE", "last_good": None, "first_bad": "20000"}]
+        {"key": "variable TORCH_FR_BUFFER_SIZE", "last_good": None, "first_bad": "20000"},
+        {"key": "variable TORCH_NCCL_DUMP_ON_TIMEOUT", "last_good": None, "first_bad": "1"}]
 
 
 def test_a_record_whose_gpufix_was_killed_is_not_running_for_ever(tmp_path: Path, ruleset: RuleSet) -> None:

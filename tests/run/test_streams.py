@@ -127,6 +127,10 @@ def test_environment_cwd_and_arguments_are_the_callers(tmp_path: Path) -> None:
     assert {e.split(b"=", 1)[0] for e in added} == {b"PYTHONPATH", b"GPUFIX_PROBE_DIR", b"TORCH_FR_BUFFER_SIZE",
                                                     b"TORCH_NCCL_DUMP_ON_TIMEOUT", b"TORCH_FR_DUMP_TEMP_FILE"}
     assert any(e.startswith(b"PYTHONPATH=") and e.endswith(b"/probe/inject:/user/lib") for e in added)
+    # ... and the record says which they are (the post-mortem does not count them as the user's)
+    (record,) = records(tmp_path / "p")
+    meta = json.loads((record / "meta.json").read_text())
+    assert meta["gpufix_env"] == sorted(e.split(b"=", 1)[0].decode() for e in added)
     args = ["a b", "--lr", "3e-4", "-h", "", "--", "ünï"]
     result = subprocess.run([*gpufix_run(tmp_path / "r"), "--", PY, "-c",
                              "import os, sys; print(os.getcwd()); print(sys.argv[1:])", *args],
