@@ -10,8 +10,8 @@ sys.stderr.write("UserWarning: The dataloader, train_dataloader, does not have m
                  "this machine) in the `DataLoader` init to improve performance.\n")
 torch.set_num_threads(1)
 loader = DataLoader(TensorDataset(torch.randn(4096, 512), torch.randint(0, 4, (4096,))), batch_size=64)
-model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                            torch.nn.ReLU(), torch.nn.Linear(1024, 4))
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048),
+                            torch.nn.ReLU(), torch.nn.Linear(2048, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step, (x, y) in enumerate(loader):
     loss = torch.nn.functional.cross_entropy(model(x), y)
