@@ -35,9 +35,11 @@ class _Result:
 
 
 def _series_leaf(leaf: Leaf, evidence: Evidence, bound: dict[str, str]) -> _Result:
+    samples = evidence.series.get(leaf.series.series, [])
+    if not samples:  # a pasted traceback has no measurements: nothing to judge, and no import to pay
+        return _Result(False)
     from gpufix.series import evaluate
 
-    samples = evidence.series.get(leaf.series.series, [])
     outcome = evaluate(leaf.series, samples, prefer=bound.get(leaf.series.per))
     result = _Result(outcome.status == "matched", count=len(outcome.evidence))
     if outcome.status == "not_evaluated" and samples:

@@ -26,8 +26,6 @@ from gpufix.errors import InputError
 from gpufix.evidence import Evidence
 from gpufix.findings import Finding
 from gpufix.logscan import LogScanner
-from gpufix.record.layout import OUTPUT_LOG
-from gpufix.record.reader import is_record
 
 STDIN = "-"
 
@@ -78,6 +76,7 @@ def evidence_from_record(record_dir: str, scanner: LogScanner, output: bytes | N
     """A run record's evidence: its output.log (or `output`, what `gpufix run` kept in memory when
     the log is incomplete, quoted as output.log's lines), stack dumps and measurements."""
     from gpufix.diagnosis.record import add_record_evidence  # not on a pasted traceback's path
+    from gpufix.record.layout import OUTPUT_LOG
 
     log = os.path.join(record_dir, OUTPUT_LOG)
     if output is not None:
@@ -92,6 +91,8 @@ def evidence_from_record(record_dir: str, scanner: LogScanner, output: bytes | N
 def evidence_from_text(paths: list[str], scanner: LogScanner, stdin: BinaryIO | None = None) -> Evidence:
     """Scan each input (`-` is stdin; a run record folder stands for the record) as one failure."""
     evidence = Evidence()
+    if paths and paths != [STDIN]:
+        from gpufix.record.reader import is_record  # a pasted traceback (stdin) is never a record
     for path in paths or [STDIN]:
         if path == STDIN:
             stream = stdin if stdin is not None else sys.stdin.buffer
