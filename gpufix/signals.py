@@ -132,6 +132,8 @@ SIGNALS = (
     Signal("probe.data_wait_s", "data_wait_s", "s", RANK, PROBE, "data wait", "data wait per step"),
     Signal("probe.data_wait_frac", "data_wait_s", "fraction", RANK, DERIVED, "data wait", "data wait of step time",
            limit="step_time_s"),
+    # the forward pass, a batch's arrival to its backward(): no all-reduce in it (steps.py)
+    Signal("probe.compute_s", "compute_s", "s", RANK, PROBE, "compute", "forward time per step"),
     Signal("probe.cuda_allocated_mib", "cuda_allocated_mib", "MiB", RANK, PROBE, "allocated", "CUDA memory allocated"),
     Signal("probe.cuda_reserved_mib", "cuda_reserved_mib", "MiB", RANK, PROBE, "reserved", "CUDA memory reserved"),
     Signal("probe.cuda_peak_mib", "cuda_peak_mib", "MiB", RANK, PROBE, "peak", "CUDA memory peak"),

@@ -23,6 +23,7 @@ from gpufix.series import SERIES, Sample
 STEP_SERIES = {
     "step_time_s": "probe.step_time_s",
     "data_wait_s": "probe.data_wait_s",
+    "compute_s": "probe.compute_s",
     "cuda_allocated_mib": "probe.cuda_allocated_mib",
     "cuda_reserved_mib": "probe.cuda_reserved_mib",
     "cuda_peak_mib": "probe.cuda_peak_mib",

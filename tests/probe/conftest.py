@@ -88,6 +88,7 @@ JOB_SPECS: dict[str, Callable[[Path], Job]] = {
     "worker": _spec(SCRIPTS / "worker_error.py"),
     "worker-bare": _spec(SCRIPTS / "worker_error.py", probe=False),
     "fake-cuda": _spec(SCRIPTS / "fake_cuda.py"),
+    "fake-cuda-events": _spec(SCRIPTS / "fake_cuda_events.py"),
     "framework": _spec(SCRIPTS / "framework_standin.py"),
     "broken-probe-dir": _spec(TRAINING / "healthy_cpu.py", extra_env={"GPUFIX_PROBE_DIR": "/dev/null/probe"}),
 }

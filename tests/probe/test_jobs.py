@@ -70,6 +70,25 @@ def test_slow_loader_waits_on_data(jobs) -> None:
     assert healthy[len(healthy) // 2] < fracs[len(fracs) // 2] / 2
 
 
+def test_compute_time_is_the_forward_pass_alone(jobs) -> None:
+    # on the CPU: wall time from a batch's arrival to its backward(), a part of the step
+    steps = kinds(jobs["healthy"], "step")
+    assert all(0 < s["compute_s"] < s["step_time_s"] for s in steps[1:]), steps[:3]
+    assert "probe.compute_s" in read_probe_series(jobs["healthy"].probe_dir)
+
+
+def test_compute_time_with_cuda_is_read_from_events_a_step_late(jobs) -> None:
+    job = jobs["fake-cuda-events"]
+    assert job.returncode == 0 and job.stdout == b"done\n", job.stderr.decode()
+    assert read_probe_facts(job.probe_dir)["probe_errors"] == []
+    steps = kinds(job, "step")
+    assert len(steps) == 12
+    # step 1's events complete only once the host has moved on: nothing to read yet, and no wall
+    # time in place of GPU time; from then on each record carries the previous step's 7 ms
+    assert "compute_s" not in steps[0]
+    assert [s["compute_s"] for s in steps[1:]] == [0.007] * 11
+
+
 def test_memory_creep_shows_in_resident_memory(jobs) -> None:
     job = jobs["memory-creep"]
     assert job.returncode == 0, job.stderr.decode()

@@ -199,13 +199,20 @@ def _is_module(obj, module_type):
 
 
 def install(probe):
-    """Wrap `Tensor.backward` to see each loss; steps.py calls `on_step` at each main step."""
+    """Wrap `Tensor.backward` to see each loss (and tell steps.py the forward pass is issued);
+    steps.py calls `on_step` at each main step."""
     checker = FiniteChecker(probe)
     probe.finite = checker
     tensor_class = importlib.import_module("torch").Tensor
     real_backward = tensor_class.backward
 
     def backward(self, *args, **kwargs):
+        steps = getattr(probe, "steps", None)
+        if probe.enabled and steps is not None:
+            try:
+                steps.on_backward()  # the forward pass of the batch is issued: its compute time
+            except Exception as exc:
+                probe.fail("compute time", exc)
         if probe.enabled and not checker.done:
             try:
                 checker.on_backward(self)

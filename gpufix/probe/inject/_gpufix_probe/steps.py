@@ -9,6 +9,13 @@ data (the data wait). The loader's settings come from wrapping `_BaseDataLoaderI
 A step that AMP's GradScaler skipped (inf/NaN gradients: `optimizer.step()` never ran) is reported
 by amp.py and counted here as a step too, marked `skipped`, with the loss scale where known.
 
+Compute time (`compute_s`) is the forward pass: from a batch's arrival to the `backward()` of its
+loss (finite.py's wrapper of `Tensor.backward` calls `on_backward`). It contains no gradient
+all-reduce, so under DDP, where every rank's step time is the same (the fast ranks wait for the
+slow one in backward), it still tells a straggler rank from the others. Once the job uses CUDA it
+is GPU time, between two CUDA events on the current stream (never a synchronisation: read a step
+later, when both have completed); before that, and on the CPU, it is wall time.
+
 Step records are written one per step for the first PER_STEP_RECORDS steps, then one per
 AGGREGATE_S seconds summarising the steps in between (`n` steps: means and the max step time).
 """
@@ -25,6 +32,7 @@ AGGREGATE_S = 1.0
 BATCHES_DESCRIBED = 3  # per loader: where the tensors of its first batches live
 MAX_TENSORS_WALKED = 64
 MAX_PARAMS_WALKED = 20000
+MAX_PENDING_STEPS = 8  # steps whose CUDA compute events wait to be read
 RSS_EVERY_STEPS = 10  # resident memory in every 10th per-step record, and in every summary record
 MIB = 1024.0 * 1024.0
 
@@ -61,6 +69,13 @@ class StepTracker(object):
         self.amp_state = None  # the ScalerState of the scaler that steps the main optimizer
         self.amp_steps = 0  # main-optimizer steps judged by a GradScaler (skipped or not)
         self.amp_skipped = 0
+        self.batch_ready = None  # perf_counter when the last batch arrived, until its backward()
+        self.ready_event = None  # the CUDA event recorded then, when the job uses CUDA
+        self.cuda_timing = True  # False once CUDA events failed: wall time only
+        self.compute_cpu = 0.0  # forward wall time since the previous step
+        self.computes = 0
+        self.compute_events = []  # this step's (arrival, backward) CUDA event pairs
+        self.pending_events = []  # earlier steps' pairs, read once completed
         self._reset_window()
 
     def _reset_window(self):
@@ -68,6 +83,8 @@ class StepTracker(object):
         self.win_timed = 0
         self.win_time = 0.0
         self.win_wait = 0.0
+        self.win_compute = 0.0
+        self.win_computed = 0
         self.win_max = 0.0
         self.win_batches = 0
         self.win_new_epoch = False
@@ -140,6 +157,57 @@ class StepTracker(object):
                 self.last_batch_size = size
         if self.describing:
             self._describe(batch)
+        self.batch_ready = ended
+        self.ready_event = self._event() if self.cuda_timing and self.torch.cuda.is_initialized() else None
+
+    def _event(self):
+        """A CUDA timing event recorded on the current stream, or None (then never again: a build
+        or a fault where events fail leaves compute time to the wall clock)."""
+        try:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        except Exception:
+            self.cuda_timing = False
+            return None
+
+    def on_backward(self):
+        """The job called `backward()`: the forward pass of the last batch has been issued."""
+        ready = self.batch_ready
+        if ready is None:  # a second backward of one batch, or a loss with no DataLoader batch
+            return
+        self.batch_ready = None
+        self.compute_cpu += _perf() - ready
+        self.computes += 1
+        if self.ready_event is not None:
+            end = self._event()
+            if end is not None:
+                self.compute_events.append((self.ready_event, end))
+            self.ready_event = None
+
+    def _compute_time(self):
+        """This step's forward time: wall time, or (with CUDA) GPU time of the latest earlier step
+        whose events have completed; None when nothing was measured."""
+        cpu = self.compute_cpu if self.computes else None
+        self.compute_cpu, self.computes = 0.0, 0
+        if self.compute_events:
+            self.pending_events.append(self.compute_events)
+            self.compute_events = []
+        gpu = None
+        try:
+            while self.pending_events:
+                pairs = self.pending_events[0]
+                if not all(end.query() for _start, end in pairs):  # never waits: read at a later step
+                    break
+                gpu = sum(start.elapsed_time(end) for start, end in pairs) / 1000.0
+                self.pending_events.pop(0)
+        except Exception:  # a CUDA error (the job's own fault is sticky): the job reports it, not us
+            self.cuda_timing = False
+            self.pending_events = []
+        del self.pending_events[:-MAX_PENDING_STEPS]  # a GPU far behind: older steps are not read
+        if gpu is not None:
+            return gpu
+        return None if self.pending_events else cpu
 
     def _new_batch_source(self, iterator, started):
         self.loader_used = True
@@ -181,6 +249,7 @@ class StepTracker(object):
         start = self.last_end if self.last_end is not None else self.first_fetch
         step_time = None if start is None else now - start
         wait = self.wait_s if self.loader_used else None
+        compute = self._compute_time()
         batches = self.batches
         new_epoch = self.last_iterator is not None and self.last_iterator != self.step_iterator
         self.step_iterator = self.last_iterator
@@ -203,6 +272,8 @@ class StepTracker(object):
         if self.step <= PER_STEP_RECORDS:
             record = {"kind": "step", "step": self.step, "n": 1, "step_time_s": _round(step_time),
                       "data_wait_s": _round(wait), "batches": batches}
+            if compute is not None:
+                record["compute_s"] = _round(compute)
             if new_epoch and self.step > 1:
                 record["new_iterator"] = True
             if amp is not None:
@@ -231,6 +302,9 @@ class StepTracker(object):
             self.win_max = max(self.win_max, step_time)
             if wait is not None:
                 self.win_wait += wait
+        if compute is not None:
+            self.win_compute += compute
+            self.win_computed += 1
         if now - self.win_start >= AGGREGATE_S:
             self.flush_window()
         knobs = getattr(self.probe, "knobs", None)
@@ -247,6 +321,8 @@ class StepTracker(object):
                   "step_time_max_s": _round(self.win_max) if timed else None,
                   "data_wait_s": _round(self.win_wait / timed) if timed and self.loader_used else None,
                   "batches": self.win_batches}
+        if self.win_computed:
+            record["compute_s"] = _round(self.win_compute / self.win_computed)
         if self.win_new_epoch:
             record["new_iterator"] = True
         if self.win_amp:
