@@ -176,19 +176,35 @@ class LogScanner:
         scan_exceptions(block, evidence)
 
     @staticmethod
-    def _continuation(data: bytes, pos: int) -> Iterable[str]:
-        """Lines that continue an exception's message (PyTorch's hints, wrapped driver text)."""
-        for _ in range(MESSAGE_CONTINUATION_LINES):
+    def _continuation(data: bytes, pos: int, blank_first: int = 0) -> Iterable[str]:
+        """Lines that continue an exception's message (PyTorch's hints, wrapped driver text); up to
+        `blank_first` blank lines before them are passed over (a message that starts with newlines)."""
+        for _ in range(MESSAGE_CONTINUATION_LINES + blank_first):
             if pos >= len(data):
                 return
             start = pos + 1
             end = data.find(b"\n", start)
             end = len(data) if end < 0 else end
             body, _rank = split_prefix(data[start:end])
+            if not body.strip() and blank_first:
+                blank_first -= 1
+                pos = end
+                continue
+            blank_first = 0
             if not body.strip() or _MESSAGE_STOP.match(body):
                 return
             yield body.strip()[:2000].decode("utf-8", "replace")
             pos = end
+
+
+
+
+def _spawn_report(type_name: str, message: str) -> bool:
+    """torch.multiprocessing.spawn's re-raise of a process's failure in the parent: "Exception: " (torch
+    1.x) or "torch.multiprocessing.spawn.ProcessRaisedException: ", then "-- Process 2 terminated with the
+    following error:" and that process's own traceback."""
+    return (message.startswith("-- Process ") and "terminated with the following error" in message[:80]
+            and type_name.rsplit(".", 1)[-1] in ("Exception", "ProcessRaisedException"))
 
 
 def scan_exceptions(block: _Block, into: Any, cause_before: int | None = None) -> None:
@@ -208,8 +224,13 @@ def scan_exceptions(block: _Block, into: Any, cause_before: int | None = None) -
         if len(into.exceptions) >= MAX_EXCEPTIONS_KEPT:
             continue
         message = (match.group(b"message") or b"").strip().decode("utf-8", "replace")
-        message = "\n".join([message, *LogScanner._continuation(data, match.end())]).strip()
+        # "Exception: " and nothing after the colon: a message that starts with newlines, as
+        # torch.multiprocessing.spawn's "\n\n-- Process 2 terminated with the following error:"
+        opens_later = not message and data[match.start():match.end()].rstrip().endswith(b":")
+        message = "\n".join([message, *LogScanner._continuation(data, match.end(), 2 if opens_later else 0)]).strip()
         cause = (len(into.exceptions) - 1 if into.exceptions else cause_before) if chained else None
         chained = False
         type_name = match.group(b"type").decode("ascii", "replace")
+        if _spawn_report(type_name, message):
+            continue  # mp.spawn's report of another process's exception, which follows it (unless the paste is cut)
         into.exceptions.append(ExceptionRecord(type_name, message, block.line_ref(match.start()), cause))
