@@ -111,9 +111,12 @@ def dump_process(pid: int, tree: list[ProcInfo] | None = None, reason: str = "")
     return "\n".join(head) + "\n\n" + body, tool
 
 
+RELAY_NAME = "gpufix-relay"  # the probe's per-rank output relay (_gpufix_probe/ranklog.py): not the job's code
+
+
 def dump_tree(root: int, pgid: int | None, out_dir: str, reason: str = "") -> list[StackDump]:
     """Dump every process of the job's tree into `out_dir` (created); [] when the job is gone."""
-    tree = job_tree(root, pgid)
+    tree = [p for p in job_tree(root, pgid) if p.comm != RELAY_NAME]
     if not tree:
         return []
     os.makedirs(out_dir, mode=0o700, exist_ok=True)

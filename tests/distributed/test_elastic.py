@@ -44,7 +44,8 @@ def test_a_failing_ranks_error_file_lands_in_the_record_under_its_rank(tmp_path:
     (tmp_path / "job.py").write_text(JOB)
     done, record = torchrun_under_gpufix(tmp_path, "job.py")
     assert done.returncode == 1, done.stderr.decode()[-2000:]
-    assert sorted(p.name for p in (record / "ranks").iterdir()) == ["error-rank1.json", "error-rank1.txt"]
+    kept = sorted(p.name for p in (record / "ranks").iterdir())
+    assert kept == ["error-rank1.json", "error-rank1.txt", "rank0.log", "rank1.log"]  # (each rank's output too)
     text = (record / "ranks" / "error-rank1.txt").read_text()
     assert text.startswith("# gpufix: torchelastic error file of rank 1 (") and text.rstrip().endswith(
         "[rank1]:ValueError: label file for shard 1 is empty")
@@ -55,8 +56,8 @@ def test_a_failing_ranks_error_file_lands_in_the_record_under_its_rank(tmp_path:
     assert any(e["source"].endswith("ranks/error-rank1.txt") and e.get("rank") == 1 for e in root["evidence"]), root["evidence"]
 
 
-def test_a_run_that_succeeds_keeps_no_ranks_folder(tmp_path: Path) -> None:
+def test_a_run_that_succeeds_keeps_no_error_files(tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(JOB.replace("if rank == 1:", "if rank == 7:"))
     done, record = torchrun_under_gpufix(tmp_path, "job.py")
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert not (record / "ranks").exists()
+    assert sorted(p.name for p in (record / "ranks").iterdir()) == ["rank0.log", "rank1.log"]

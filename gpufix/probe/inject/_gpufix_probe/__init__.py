@@ -17,6 +17,7 @@ in the probe file and the probe turns itself off; the job never sees it.
     knobs.py     an experiment's settings (GPUFIX_EXPERIMENT): stop after N steps, DataLoader
                  overrides, cached batches, autocast, anomaly detection, redirected writes
     writes.py    the redirected writes: torch.save and the libraries' checkpoint writers
+    ranklog.py   a launcher's rank: its stdout and stderr also kept in <record>/ranks/rank<R>.log
 """
 
 import os
@@ -35,6 +36,16 @@ def activate():
     if _activated or not directory:
         return
     _activated = True
+    try:  # a launcher's rank: its own output apart, from the first byte (before the job's code)
+        from _gpufix_probe import ranklog
+
+        ranklog.start(directory)
+        if ranklog._relay_pid is not None:
+            import atexit
+
+            atexit.register(ranklog.at_exit)
+    except Exception:
+        pass
     from _gpufix_probe import watch
 
     watch.when_imported("torch", _torch_imported)
