@@ -300,7 +300,12 @@ def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> 
         rule = ruleset.by_code[f.code]
         return 2 if rule.fallback else 1 if rule.family else 0
 
-    ranked = sorted(findings, key=lambda f: (tier(f), -f.priority, position(f)))
+    def concern(f: Finding) -> int:
+        # What stopped the run (an error) before what only slowed or degraded it (a warning: a straggler,
+        # a starved loader, throttling), whatever their priorities; both stay roots of their own.
+        return 1 if f.severity in ("warning", "info") else 0
+
+    ranked = sorted(findings, key=lambda f: (tier(f), concern(f), -f.priority, position(f)))
     causes: dict[str, str] = {}
     for finding in ranked:
         refs = ruleset.by_code[finding.code].consequence_of

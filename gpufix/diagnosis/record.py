@@ -108,12 +108,12 @@ def _output_blocked(result: dict[str, object]) -> dict[int, float]:
 
 
 def _add_probe(evidence: Evidence, record: Record, scanner: LogScanner) -> None:
-    from gpufix.probe.read import nonfinite_lines, read_probe_exceptions, read_probe_series
+    from gpufix.probe.read import collective_lines, nonfinite_lines, read_probe_exceptions, read_probe_series
     from gpufix.series import Sample
 
     probe_dir = record.probe_dir
     _add_series(evidence, read_probe_series(probe_dir))
-    for path, lines in nonfinite_lines(probe_dir).items():
+    for path, lines in [*nonfinite_lines(probe_dir).items(), *collective_lines(probe_dir).items()]:
         evidence.merge(_scan_at_lines(scanner, lines, path))
     facts = record.probe_facts
     if facts.get("found"):

@@ -190,6 +190,39 @@ def read_probe_exceptions(probe_dir: str | Path) -> list[ExceptionRecord]:
     return out
 
 
+def collective_lines(probe_dir: str | Path) -> dict[str, list[tuple[int, str]]]:
+    """When the ranks' exceptions were raised inside different collectives (rank 0 in all_reduce,
+    rank 1 in broadcast: a timeout or a closed connection is then how the mismatch ended), lines
+    for the rules (DST047), by probe file, at each exception's line there:
+
+    `[rank0]: # gpufix-collectives: ranks failed in different collectives: rank 0 in all_reduce at main (train.py:18); ...`
+    `[rank1]: # gpufix-collectives: rank 1 failed in broadcast at main (train.py:23)`
+    """
+    from gpufix.watchdog.analyze import collective_frame
+
+    failed: dict[int, tuple[str, int, str, str]] = {}  # rank -> (probe file, line, op, user frame)
+    for path in probe_files(probe_dir):
+        for number, record, rank in _ranked_records(path):
+            if record["kind"] != "exception" or rank is None or rank in failed:
+                continue
+            for item in record.get("exceptions") or []:
+                found = collective_frame(item.get("frames") or []) if isinstance(item, dict) else None
+                if found:
+                    failed[rank] = (str(path), number, *found)
+                    break
+    if len(failed) < 2 or len({op for _p, _n, op, _w in failed.values()}) < 2:
+        return {}
+    summary = "; ".join(f"rank {rank} in {op} at {where}" for rank, (_p, _n, op, where) in sorted(failed.items()))
+    out: dict[str, list[tuple[int, str]]] = {}
+    first = min(failed)
+    for rank, (path, number, op, where) in sorted(failed.items()):
+        # one line per exception (a line of evidence per place): the first rank's carries the summary
+        text = (f"ranks failed in different collectives: {summary}" if rank == first else
+                f"rank {rank} failed in {op} at {where}")
+        out.setdefault(path, []).append((number, f"[rank{rank}]: # gpufix-collectives: {text}"))
+    return out
+
+
 def read_probe_facts(probe_dir: str | Path) -> dict[str, Any]:
     """What the probe established about the job, for rules and reports.
 

@@ -94,6 +94,9 @@ def classify(thread: ThreadStack) -> str | None:
     label = f'thread {thread.tid} "{thread.name}"'
     user = _user_frame(py)
     at = f" called from {user.where}" if user and user is not py[0] else ""
+    for f in py:  # torchrun's agent (or init_process_group) waiting for the other nodes or ranks to join
+        if f.file and "torch/distributed/elastic/rendezvous/" in f.file and f.func.endswith("next_rendezvous"):
+            return f"{label}: rendezvous: waits in {f.func} ({f.file}:{f.line}) for nodes or ranks that have not joined"
     for f in py:
         if f.file and "torch/distributed/" in f.file and _COLLECTIVES.match(f.func.rsplit(".", 1)[-1]):
             return f"{label}: collective: waits in {f.func} ({f.file}:{f.line}){at}"
@@ -173,26 +176,48 @@ def is_user_file(path: str | None) -> bool:
     return bool(path) and not _LIBRARY_FILE.search(path)
 
 
+def collective_frame(frames: list[dict[str, object]]) -> tuple[str, str] | None:
+    """(collective, the user's frame that called it) of a traceback's frames as the probe records them
+    (outermost first: {"file", "line", "function"}), or None when it was not raised in a collective."""
+    op = None
+    user = None
+    for frame in frames:
+        file = str(frame.get("file") or "").replace("\\", "/")
+        func = str(frame.get("function") or "")
+        if "torch/distributed/" in file and _COLLECTIVES.match(func):
+            op = op or func
+        elif op is None and is_user_file(file):
+            user = Frame(func, file, frame.get("line") if isinstance(frame.get("line"), int) else None)
+    return (op, _short(user) if user else "?") if op else None
+
+
 def cross_rank(dumps: list[tuple[int, int, str]]) -> list[str]:
     """Which rank keeps the others waiting: given (rank, pid, faulthandler text) of every rank, one
     `rank R (pid P) is not in a collective ...` line per rank whose script is elsewhere while other
-    ranks wait inside a collective; [] when every rank is in a collective, or none is."""
-    waiting: dict[int, str] = {}
+    ranks wait inside a collective; when every rank is in a collective but not the same one, a
+    `ranks wait in different collectives: ...` line and a `[rankR]: rank R waits in OP at WHERE` line
+    per rank; [] when they all wait in one, or none does."""
+    waiting: dict[int, tuple[str, str]] = {}
     elsewhere: dict[int, tuple[int, str]] = {}
     for rank, pid, text in dumps:
         thread = main_thread(parse_faulthandler(text))
         if thread is None or not thread.frames:
             continue
+        user = next((f for f in thread.frames if is_user_file(f.file)), thread.frames[0])
         op = next((f.func for f in thread.frames
                    if "torch/distributed/" in (f.file or "").replace("\\", "/") and _COLLECTIVES.match(f.func)), None)
         if op:
-            waiting[rank] = op
+            waiting[rank] = (op, _short(user))
         else:
-            user = next((f for f in thread.frames if is_user_file(f.file)), thread.frames[0])
             elsewhere[rank] = (pid, _short(user))
+    if waiting and not elsewhere and len(waiting) > 1 and len({op for op, _where in waiting.values()}) > 1:
+        # the summary, then one line per rank under the rank's own `[rankR]:` prefix (the evidence of each rank)
+        return ["ranks wait in different collectives: " + "; ".join(
+            f"rank {rank} in {op} at {where}" for rank, (op, where) in sorted(waiting.items())),
+            *(f"[rank{rank}]: rank {rank} waits in {op} at {where}" for rank, (op, where) in sorted(waiting.items()))]
     if not waiting or not elsewhere:
         return []
-    ops = sorted(set(waiting.values()))
+    ops = sorted({op for op, _where in waiting.values()})
     ranks = ", ".join(str(r) for r in sorted(waiting))
     return [f"rank {rank} (pid {pid}) is not in a collective while rank{'s' if len(waiting) > 1 else ''} {ranks} "
             f"wait{'' if len(waiting) > 1 else 's'} in {'/'.join(ops)}: it is at {where}"

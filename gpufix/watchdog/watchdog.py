@@ -94,7 +94,10 @@ def probe_stacks(probe_dir: str, out_dir: str, wait_s: float = PROBE_DUMP_WAIT_S
         names = os.listdir(probe_dir)
     except OSError:
         return None
+    # a probed process: its probe file, or (before its first record: a job with no optimizer step yet) the
+    # faulthandler file the probe opens when it is installed
     pids = {int(n[6:-6]) for n in names if n.startswith("probe-") and n.endswith(".jsonl") and n[6:-6].isdigit()}
+    pids |= {int(n[7:-4]) for n in names if n.startswith("faults-") and n.endswith(".log") and n[7:-4].isdigit()}
     alive = {pid for pid in pids if _alive(pid)}
 
     def answered() -> set[int]:
@@ -124,7 +127,9 @@ def probe_stacks(probe_dir: str, out_dir: str, wait_s: float = PROBE_DUMP_WAIT_S
         return None
     verdicts = cross_rank([(rank, pid, body) for rank, pid, body in sections if rank is not None])
     lines = ["# gpufix stack dumps taken by gpufix's probe inside each process (faulthandler, all threads)"]
-    lines += [f"# gpufix-hang: {v}" for v in verdicts]
+    # a verdict about one rank keeps that rank's `[rankR]:` prefix in front, where rank-aware readers look for it
+    lines += [f"{v.split(' ', 1)[0]} # gpufix-hang: {v.split(' ', 1)[1]}" if v.startswith("[rank") else
+              f"# gpufix-hang: {v}" for v in verdicts]
     for rank, pid, body in sections:
         lines += ["", f"# pid {pid}" + (f" rank {rank}" if rank is not None else ""), body.rstrip("\n")]
     path = os.path.join(out_dir, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(asked)) + "-probe.txt")
