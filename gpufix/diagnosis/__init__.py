@@ -44,7 +44,9 @@ class Diagnosis:
 
     @property
     def gpu_related(self) -> bool:
-        return any(f.is_gpu for f in self.findings)
+        """The root cause is a GPU failure (its consequences may be GPU-flavoured either way: an ordinary
+        error on one rank makes the others lose their NCCL peers)."""
+        return bool(self.root and self.root.is_gpu)
 
     def to_dict(self) -> dict[str, object]:
         root = self.root

@@ -209,3 +209,15 @@ def test_rules_list_and_show() -> None:
     assert (b"    - series gpu.throttle_thermal: mean over 60 s windows >= 0.5, holding for 60 s, per gpu, "
             b"at least 30 samples (as thermal)\n") in measured
     assert b"    - \n" not in measured
+
+
+def test_summary_says_whether_the_root_cause_is_a_gpu_failure() -> None:
+    # rank 1's ordinary error is the cause; rank 0's lost NCCL peer (a GPU-flavoured finding) is its consequence
+    text = ("[rank1]: ValueError: shard 1 has no labels\n"
+            "[rank0]: h100-n4:70211:70390 [0] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer "
+            "h100-n4.internal<52241>\n")
+    result = run_gpufix("explain", "--format", "json", "-", stdin=text.encode())
+    doc = json.loads(result.stdout)
+    assert [f["consequence_of"] for f in doc["findings"]][1:] == [doc["summary"]["root_cause"]], doc["findings"]
+    assert doc["findings"][1]["gpu_related"] is True
+    assert doc["summary"]["gpu_related"] is False
