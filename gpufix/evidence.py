@@ -75,6 +75,20 @@ class Evidence:
         # facts about the run (rules.model.BUILTIN_FIELDS), offered to every finding's fields
         self.facts: dict[str, str] = {}
 
+    def with_rank(self, rank: int) -> Evidence:
+        """The same evidence with `rank` on every line no rank prefix placed: the evidence of one
+        rank's own file or record (per-rank logs, a Slurm task's record)."""
+        def placed(ref: LineRef) -> LineRef:
+            return ref if ref.rank is not None else ref._replace(rank=rank)
+
+        out = Evidence(self.sources)
+        out.merge(self)
+        out.hits = {index: [Hit(tuple(placed(r) for r in hit.lines), hit.groups) for hit in hits]
+                    for index, hits in out.hits.items()}
+        out.exceptions = [e._replace(ref=placed(e.ref)) for e in out.exceptions]
+        out.sources = list(self.sources)
+        return out
+
     def merge(self, other: Evidence) -> None:
         """Add another input's evidence (several files of one run are diagnosed together)."""
         offset = len(self.exceptions)

@@ -22,6 +22,7 @@ import sys
 import time
 
 from gpufix.record import RunRecord
+from gpufix.record.group import create_task_record_dir, slurm_task
 from gpufix.record.layout import FLIGHT, META, PROBE, TELEMETRY, default_name, record_parent
 from gpufix.supervise.spawn import original_environ
 from gpufix.supervise.supervisor import Supervisor
@@ -177,6 +178,9 @@ def _terminal_kinds() -> dict[str, str]:
 def _open_record(parent: str, name: str, no_record: bool, started_unix: float) -> RunRecord | None:
     if not no_record:
         try:
+            task = slurm_task(os.environ)
+            if task is not None:  # one task of `srun gpufix run ...`: its part of the step's one record
+                return RunRecord(create_task_record_dir(parent, name, task), warn)
             return RunRecord.create(parent, name, started_unix, warn)
         except OSError as exc:
             warn(f"cannot create a run record in {parent} ({exc.strerror or exc}); running without one")
@@ -363,7 +367,8 @@ def run_job(command: list[str], record_parent_dir: str, name: str | None, no_rec
             try:
                 record.meta = initial_meta(command, cwd, environ, started_unix, terminal_kinds)
                 record.write_meta({"job_pid": pid, "git": git_info(cwd), "name": run_name, "gpufix_env": gpufix_env,
-                                   "record_dir": os.path.abspath(record.path), "ephemeral": record.ephemeral})
+                                   "record_dir": os.path.abspath(record.path), "ephemeral": record.ephemeral,
+                                   **({"slurm": slurm} if (slurm := slurm_task(environ)) else {})})
             except Exception as exc:  # noqa: BLE001 - the sampler and the probe still start
                 warn(f"could not write the run's metadata: {type(exc).__name__}: {exc}")
         if samplers:

@@ -10,6 +10,7 @@ report; `sparkline` draws the values.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shlex
@@ -22,6 +23,7 @@ from typing import Any
 
 from gpufix import signals
 from gpufix.errors import GpufixError, InputError
+from gpufix.record.group import GROUP_META, group_parts, is_group
 from gpufix.record.layout import OUTPUT_INDEX, OUTPUT_LOG, PROBE, TELEMETRY
 from gpufix.record.meta import supervisor_alive
 from gpufix.record.reader import Record, RecordTelemetry, is_record, line_kind
@@ -121,13 +123,19 @@ def _start_key(path: Path) -> tuple[str, float]:
     return (start, mtime)
 
 
+def _group_key(path: Path) -> tuple[str, float]:
+    return max((_start_key(Path(part)) for _rank, part in group_parts(path)), default=("", 0.0))
+
+
 def newest_record(parent: str | Path) -> Path | None:
-    """The record under `parent` that started last (meta.json `start_utc`, then mtime)."""
+    """The record (or Slurm step of task records) under `parent` that started last (meta.json
+    `start_utc`, then mtime)."""
     folder = Path(parent)
     if not folder.is_dir():
         return None
-    records = [p for p in folder.iterdir() if p.is_dir() and is_record(p)]
-    return max(records, key=_start_key) if records else None
+    records = [(p, _start_key(p)) for p in folder.iterdir() if p.is_dir() and is_record(p)]
+    records += [(p, _group_key(p)) for p in folder.iterdir() if p.is_dir() and is_group(p)]
+    return max(records, key=lambda r: r[1])[0] if records else None
 
 
 def find_record(record: str | None, parent: str) -> Path:
@@ -137,7 +145,7 @@ def find_record(record: str | None, parent: str) -> Path:
         path = Path(record)
         if not path.exists():
             raise InputError(f"{record}: no such record", hint="pass a folder made by `gpufix run`, e.g. gpufix-runs/<run>")
-        if is_record(path):
+        if is_record(path) or is_group(path):
             return path
         inner = newest_record(path) if path.is_dir() else None
         # neither a record nor a folder of them: Record.open raises, saying which file is missing
@@ -319,13 +327,49 @@ def _findings(record: Record, ruleset: Any) -> tuple[list[dict[str, Any]], list[
 
 
 def status(record_dir: str | Path, ruleset: Any = None, now: float | None = None) -> dict[str, Any]:
-    """Everything `gpufix status` shows about one record, as plain data (see the module doc)."""
+    """Everything `gpufix status` shows about one record, as plain data (see the module doc); for
+    the folder of a Slurm step's task records, each task's under `tasks` and the step's as `run`."""
+    if is_group(record_dir):
+        return _group_status(Path(record_dir), ruleset, now)
     record = Record.open(Path(record_dir))  # NotARecordError (exit 2) when it is none
     run = _run_info(Path(record.path), record.meta, record.result, time.time() if now is None else now)
     gpus, notes = _gpus(record.telemetry)
     findings, finding_notes = _findings(record, ruleset)
     return {"run": run, "training": _training(record.probe_dir), "gpus": gpus, "telemetry_notes": notes,
             "findings": findings, "notes": finding_notes}
+
+
+def _group_status(group: Path, ruleset: Any, now: float | None) -> dict[str, Any]:
+    tasks = [{"rank": rank, **status(part, ruleset, now)} for rank, part in group_parts(group)]
+    states = [t["run"]["state"] for t in tasks]
+    failed = [t["rank"] for t in tasks if t["run"]["state"] == "finished" and t["run"]["exit_status"] not in (0, None)]
+    state = "running" if "running" in states else "interrupted" if "interrupted" in states else "finished"
+    try:
+        meta = json.loads((group / GROUP_META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    run = {"record": str(group), "name": group.name, "state": state, "tasks": len(tasks),
+           "expected_tasks": meta.get("ntasks"), "failed_tasks": failed,
+           "exit_status": (max((t["run"]["exit_status"] or 0 for t in tasks), default=0) if state == "finished" else None)}
+    return {"run": run, "slurm": meta, "tasks": tasks}
+
+
+def render_group_text(doc: dict[str, Any]) -> str:
+    """A Slurm step's tasks: one line each, then each task's own report."""
+    run = doc["run"]
+    slurm = doc.get("slurm") or {}
+    step = f"slurm step {slurm.get('job_id', '?')}.{slurm.get('step_id', '?')}"
+    expected = f" of {run['expected_tasks']}" if run.get("expected_tasks") else ""
+    failed = f", failed: task {', '.join(map(str, run['failed_tasks']))}" if run["failed_tasks"] else ""
+    lines = [f"{run['name']}  ({step}: {run['tasks']}{expected} tasks, {run['state']}{failed})"]
+    for task in doc["tasks"]:
+        t = task["run"]
+        exit_part = f"exit {t['exit_status']}" if t.get("exit_status") is not None else t["state"]
+        root = task["findings"][0]["code"] if task["findings"] else "-"
+        lines.append(f"  task {task['rank']}  {exit_part:<10} {root:<8} {t['record']}")
+    for task in doc["tasks"]:
+        lines += ["", f"== task {task['rank']} ==", render_text(task).rstrip("\n")]
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,6 +412,8 @@ def _row_texts(signal: signals.Signal, s: dict[str, Any], limit: float | None) -
 
 def render_text(doc: dict[str, Any]) -> str:
     """The status report as plain text (sparklines from the downsampled values)."""
+    if "tasks" in doc:
+        return render_group_text(doc)
     run = doc["run"]
     state = run["state"]
     if state == "finished":

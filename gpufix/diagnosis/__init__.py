@@ -90,10 +90,23 @@ def evidence_from_record(record_dir: str, scanner: LogScanner, output: bytes | N
     return evidence
 
 
+def evidence_from_group(group_dir: str, scanner: LogScanner) -> Evidence:
+    """The evidence of every task's record of a Slurm step (gpufix.record.group), as one run whose
+    ranks are the tasks: a line no rank prefix places is its task's."""
+    from gpufix.record.group import group_parts
+
+    evidence = Evidence()
+    for rank, part in group_parts(group_dir):
+        part_evidence = evidence_from_record(part, scanner)
+        evidence.merge(part_evidence.with_rank(rank) if rank is not None else part_evidence)
+    return evidence
+
+
 def evidence_from_text(paths: list[str], scanner: LogScanner, stdin: BinaryIO | None = None) -> Evidence:
     """Scan each input (`-` is stdin; a run record folder stands for the record) as one failure."""
     evidence = Evidence()
     if paths and paths != [STDIN]:
+        from gpufix.record.group import is_group
         from gpufix.record.reader import is_record  # a pasted traceback (stdin) is never a record
     for path in paths or [STDIN]:
         if path == STDIN:
@@ -101,6 +114,8 @@ def evidence_from_text(paths: list[str], scanner: LogScanner, stdin: BinaryIO | 
             evidence.merge(scan(scanner, stream, "<stdin>"))
         elif is_record(path):
             evidence.merge(evidence_from_record(path, scanner))
+        elif is_group(path):
+            evidence.merge(evidence_from_group(path, scanner))
         else:
             with open_input(path) as stream:
                 evidence.merge(scan(scanner, stream, path))

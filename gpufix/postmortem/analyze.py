@@ -20,7 +20,6 @@ from gpufix.record.meta import supervisor_alive
 from gpufix.postmortem.discover import RunGroup
 from gpufix.postmortem.runinfo import environment, line_context, read_record, record_time_at
 from gpufix.safeio import not_regular
-from gpufix.postmortem.scan import with_rank
 from gpufix.postmortem.telemetry import read_samples, summarise
 from gpufix.postmortem.times import file_mtime, iso, parse_iso, parse_line_time
 from gpufix.record.layout import FLIGHT, META, OUTPUT_INDEX, OUTPUT_LOG, PROBE, RANKS, RESULT, STACKS, TELEMETRY
@@ -134,7 +133,7 @@ def merged_evidence(files: list[FileResult]) -> Evidence:
     evidence = Evidence()
     for f in files:
         if f.evidence is not None:
-            evidence.merge(with_rank(f.evidence, f.rank) if f.rank is not None else f.evidence)
+            evidence.merge(f.evidence.with_rank(f.rank) if f.rank is not None else f.evidence)
     return evidence
 
 

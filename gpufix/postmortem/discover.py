@@ -21,6 +21,7 @@ from typing import Protocol
 from gpufix.errors import InputError
 from gpufix.postmortem.index import Stamp
 from gpufix.safeio import not_regular, read_regular
+from gpufix.record.group import group_parts, is_group
 from gpufix.record.layout import OUTPUT_LOG, is_record_dir
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -109,7 +110,7 @@ def _walk(root: str, notes: list[str]) -> list[tuple[str, str]]:
     stack = [(root, os.path.realpath(root))]
     while stack:
         folder, real = stack.pop()
-        if is_record_dir(folder):
+        if is_record_dir(folder) or is_group(folder):
             found.append((folder, real))
             continue  # a record's other files are not logs to scan
         try:
@@ -162,6 +163,12 @@ def discover(paths: list[str], notes: list[str] | None = None, sniffs: SniffCach
                 st: os.stat_result | None = os.stat(path)
             except OSError:
                 st = None
+            if st is not None and stat.S_ISDIR(st.st_mode) and is_group(path):
+                # a Slurm step's task records: one run whose ranks are the tasks
+                rid = os.path.basename(os.path.normpath(path))
+                parts = [LogFile(os.path.join(part, OUTPUT_LOG), "record", rank) for rank, part in group_parts(path)]
+                groups[real] = RunGroup(rid, "slurm", real, parts)
+                continue
             if st is not None and stat.S_ISDIR(st.st_mode):
                 rid = os.path.basename(os.path.normpath(path))
                 groups[real] = RunGroup(rid, "record", real, [LogFile(os.path.join(path, OUTPUT_LOG), "record")], path)

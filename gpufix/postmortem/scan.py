@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING
 
-from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
+from gpufix.evidence import Evidence
 from gpufix.logscan import BLOCK_BYTES, LogScanner
 from gpufix.safeio import open_regular
 
@@ -90,18 +90,3 @@ def scan_many(paths: list[str], sizes: list[int], ruleset: RuleSet, fn: ScanFn |
         for i, result in zip(order, pool.map(_scan_in_worker, [paths[i] for i in order])):
             results[i] = result
     return results
-
-
-def with_rank(evidence: Evidence, rank: int) -> Evidence:
-    """The same evidence with `rank` on every line that carried no rank prefix (per-rank files)."""
-    def fix(ref: LineRef) -> LineRef:
-        return ref if ref.rank is not None else ref._replace(rank=rank)
-
-    out = Evidence(list(evidence.sources))
-    out.hits = {i: [Hit(tuple(fix(r) for r in h.lines), h.groups) for h in hits] for i, hits in evidence.hits.items()}
-    out.hit_counts = dict(evidence.hit_counts)
-    out.exceptions = [ExceptionRecord(e.type, e.message, fix(e.ref), e.cause) for e in evidence.exceptions]
-    out.exception_count = evidence.exception_count
-    out.lines_read, out.bytes_read = evidence.lines_read, evidence.bytes_read
-    out.notes = list(evidence.notes)
-    return out
