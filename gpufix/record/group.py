@@ -14,7 +14,6 @@ Plain `os` only: `gpufix run` imports this before the job starts.
 
 from __future__ import annotations
 
-import json
 import os
 
 from gpufix.record.layout import is_record_dir, safe_name
@@ -50,6 +49,8 @@ def create_task_record_dir(parent: str, name: str, task: Mapping[str, object]) -
     os.makedirs(group, mode=0o700, exist_ok=True)
     meta = {"format": 1, "kind": "slurm", "job_id": task["job_id"], "step_id": task["step_id"],
             "ntasks": task["ntasks"], "nnodes": task.get("nnodes"), "job_name": task.get("job_name")}
+    import json  # (not at import: `gpufix run` loads this module before the job starts)
+
     try:  # the first task writes it; the others find it there
         fd = os.open(os.path.join(group, GROUP_META), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
