@@ -82,3 +82,8 @@ def test_a_hung_torchrun_job_names_the_stuck_rank(tmp_path: Path) -> None:
     assert root["evidence"][0]["source"].endswith("-probe.txt")  # from the probe's own dumps, not py-spy's
     # gpufix's own kill made torchrun print a SignalException: that is how the run ended, not its cause
     assert all(f["consequence_of"] for f in findings[1:])
+    # with the stacks, each rank's probe dumped its flight recorder (gloo writes one only when asked; NCCL's own
+    # comes at its timeout): the sequence number of the collective rank 1 never reached
+    assert sorted(p.name for p in (record / "flight").glob("rank_*")) == ["rank_0", "rank_1"]
+    flight = next(f for f in findings if f["code"] == "DST045")
+    assert flight["consequence_of"] == "HNG007" and "rank(s) 1 never reached all_reduce #" in flight["message"]

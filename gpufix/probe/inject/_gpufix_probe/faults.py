@@ -81,3 +81,27 @@ class StackDumpPoller(object):
             handle.write("\n")
         self.probe.out.write({"kind": "stacks", "path": os.path.basename(path), "dump": self.count,
                               "reason": reason}, essential=True)
+        if reason == "request":
+            dump_flight_recorder(self.probe)
+
+
+def dump_flight_recorder(probe):
+    """With the stacks gpufix asked for (a hang), this rank's flight-recorder entries into the file
+    PyTorch would write at a collective timeout (TORCH_FR_DUMP_TEMP_FILE + rank): NCCL's own dump
+    comes only at its timeout (10 minutes by default), gloo's only when asked. Nothing without an
+    initialised process group or a dump file set."""
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    dist = getattr(probe.torch, "distributed", None)
+    if not prefix or dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    import importlib
+
+    dump = getattr(importlib.import_module("torch._C._distributed_c10d"), "_dump_fr_trace", None)
+    if dump is None:
+        return
+    data = dump()
+    path = "%s%d" % (prefix, dist.get_rank())
+    partial = "%s.gpufix-%d" % (path, os.getpid())
+    with open(partial, "wb") as handle:  # then renamed: a reader never sees half a dump
+        handle.write(data)
+    os.replace(partial, path)
