@@ -119,6 +119,25 @@ def gpu_device_minors(pids: list[int], proc: str = "/proc") -> set[int]:
     return minors
 
 
+def rank_of(pid: int) -> str | None:
+    """"rank R, local rank L, node N" from the variables a launcher gave the process (RANK, LOCAL_RANK,
+    GROUP_RANK), or None for a process that is no rank (the launcher itself, a worker without them)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return None
+    values = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    rank = values.get(b"RANK", b"")
+    if not rank.isdigit():
+        return None
+    parts = [f"rank {int(rank)}"]
+    for name, label in ((b"LOCAL_RANK", "local rank"), (b"GROUP_RANK", "node")):
+        if values.get(name, b"").isdigit():
+            parts.append(f"{label} {int(values[name])}")
+    return ", ".join(parts)
+
+
 def cmdline(pid: int) -> str:
     """The command line, space-joined ('' for a kernel thread or a gone process)."""
     try:

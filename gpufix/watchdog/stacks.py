@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from gpufix.watchdog.analyze import annotate
-from gpufix.watchdog.proctree import ProcInfo, cmdline, is_python, job_tree, wchan
+from gpufix.watchdog.proctree import ProcInfo, cmdline, is_python, job_tree, rank_of, wchan
 
 PYSPY_TIMEOUT_S = 10.0
 MAX_PROCESSES = 64
@@ -107,7 +107,10 @@ def dump_process(pid: int, tree: list[ProcInfo] | None = None, reason: str = "")
     if tree:
         head.append("# process tree (pid ppid state command):")
         head.extend(f"#   {p.pid} {p.ppid} {p.state} {cmdline(p.pid)[:120] or p.comm}" for p in tree[:MAX_PROCESSES])
-    head.extend(f"# gpufix-hang: pid {pid} {line}" for line in annotate(body))
+    # processes are known by rank where a launcher gave them one, never by pid alone
+    rank = rank_of(pid)
+    who = f"pid {pid} ({rank})" if rank else f"pid {pid}"
+    head.extend(f"# gpufix-hang: {who} {line}" for line in annotate(body))
     return "\n".join(head) + "\n\n" + body, tool
 
 

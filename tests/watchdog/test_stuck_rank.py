@@ -4,10 +4,15 @@ watchdog names the rank that is not in the collective the others wait in, with i
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from gpufix.watchdog.analyze import cross_rank, main_thread, parse_faulthandler
-from tests.run.helpers import torchrun_under_gpufix
+from gpufix.watchdog.stacks import pyspy_path
+from tests.run.helpers import PY, env, records, torchrun_under_gpufix
+from tests.run.test_launcher import free_port
 
 IN_COLLECTIVE = '''# gpufix-probe stack dump 1 of pid 10 at 2026-12-01T20:02:20Z (request)
 Thread 0x00007f2a1c5ff640 (most recent call first):
@@ -70,9 +75,16 @@ def test_the_rank_outside_the_collective_is_named_with_its_line() -> None:
     assert cross_rank([(0, 10, ELSEWHERE), (1, 11, ELSEWHERE)]) == []  # nobody waits in a collective
 
 
-def test_a_hung_torchrun_job_names_the_stuck_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["-- torchrun", "--nproc-per-node"])
+def test_a_hung_torchrun_job_names_the_stuck_rank(tmp_path: Path, form: str) -> None:
     (tmp_path / "stuck.py").write_text(STUCK_JOB)
-    done, record = torchrun_under_gpufix(tmp_path, "stuck.py", "--hang-timeout", "6", "--on-hang", "kill")
+    if form == "-- torchrun":
+        done, record = torchrun_under_gpufix(tmp_path, "stuck.py", "--hang-timeout", "6", "--on-hang", "kill")
+    else:
+        done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "6", "--on-hang",
+                               "kill", "--nproc-per-node", "2", "--master-port", free_port(), "stuck.py"],
+                              cwd=tmp_path, capture_output=True, env=env(), timeout=180)
+        (record,) = records(tmp_path / "runs")
     err = done.stderr.decode()
     assert done.returncode != 0
     assert "HNG007 Rank 1" in err and "wait_for_flag (stuck.py:8)" in err, err[-3000:]
@@ -85,5 +97,8 @@ def test_a_hung_torchrun_job_names_the_stuck_rank(tmp_path: Path) -> None:
     # with the stacks, each rank's probe dumped its flight recorder (gloo writes one only when asked; NCCL's own
     # comes at its timeout): the sequence number of the collective rank 1 never reached
     assert sorted(p.name for p in (record / "flight").glob("rank_*")) == ["rank_0", "rank_1"]
+    if pyspy_path():  # py-spy's dumps name each process by the rank its launcher gave it, not by pid alone
+        waiting = next(f for f in findings if f["code"] == "HNG001")
+        assert "(rank 0, local rank 0, node 0)" in waiting["message"], waiting["message"]
     flight = next(f for f in findings if f["code"] == "DST045")
     assert flight["consequence_of"] == "HNG007" and "rank(s) 1 never reached all_reduce #" in flight["message"]
