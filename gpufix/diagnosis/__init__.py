@@ -98,8 +98,34 @@ def evidence_from_group(group_dir: str, scanner: LogScanner) -> Evidence:
     evidence = Evidence()
     for rank, part in group_parts(group_dir):
         part_evidence = evidence_from_record(part, scanner)
-        evidence.merge(part_evidence.with_rank(rank) if rank is not None else part_evidence)
+        if rank is not None:
+            part_evidence = part_evidence.with_rank(rank)
+            _place_series(part_evidence, rank, _task_node(part))
+        evidence.merge(part_evidence)
     return evidence
+
+
+def _task_node(record_dir: str) -> str | None:
+    from gpufix.record.reader import Record
+
+    slurm = Record(record_dir).meta.get("slurm")
+    node = slurm.get("node") or slurm.get("nodeid") if isinstance(slurm, dict) else None
+    return None if node is None else str(node)
+
+
+def _place_series(evidence: Evidence, rank: int, node: str | None) -> None:
+    """One task's measurements among the step's: its per-rank series under its rank where its probe knew
+    none ("0"), and its GPUs named by node ("node-3:0"), since every node has a GPU 0."""
+    from gpufix.signals import GPU, RANK, SIGNALS
+
+    per = {signal.name: signal.per for signal in SIGNALS}
+    where = node if node is not None else f"task{rank}"
+    for name, samples in evidence.series.items():
+        if per.get(name) == RANK:
+            evidence.series[name] = [s._replace(group=str(rank)) if s.group in (None, "0") else s for s in samples]
+        elif per.get(name) == GPU:
+            evidence.series[name] = [s._replace(group=f"{where}:{s.group}") if s.group is not None else s
+                                     for s in samples]
 
 
 def evidence_from_text(paths: list[str], scanner: LogScanner, stdin: BinaryIO | None = None) -> Evidence:

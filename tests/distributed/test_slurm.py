@@ -78,3 +78,54 @@ def test_a_step_of_one_task_is_an_ordinary_record(tmp_path: Path) -> None:
     assert done.returncode == 0
     (record,) = (tmp_path / "runs").iterdir()
     assert (record / "meta.json").is_file() and not (record / "group.json").exists()
+
+
+STRAGGLING_TASK = '''import os, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+slow = os.environ["SLURM_PROCID"] == "1"  # this task's node is slower
+torch.manual_seed(0)
+model = torch.nn.Linear(32, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for x, y in DataLoader(TensorDataset(torch.randn(640, 32), torch.randint(0, 4, (640,))), batch_size=32):
+    if slow:
+        time.sleep(0.02)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_each_tasks_measurements_stay_its_own(tmp_path: Path) -> None:
+    # no RANK, no process group: each task's probe takes SLURM_PROCID as its rank, so the step's one diagnosis
+    # compares the tasks' measurements and tells the slower task apart
+    (tmp_path / "task.py").write_text(STRAGGLING_TASK)
+    tasks = []
+    for rank in range(2):
+        slurm = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3", "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank),
+                 "SLURMD_NODENAME": f"node-{rank}"}
+        tasks.append(subprocess.Popen([PY, "-m", "gpufix", "run", "--record-dir", "runs", "task.py"], cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(**slurm)))
+    assert [t.wait(timeout=120) for t in tasks] == [0, 0]
+    (group,) = (tmp_path / "runs").iterdir()
+    doc = gpufix_json(tmp_path, "explain", str(group))
+    assert [f["code"] for f in doc["findings"]] == ["PRF011"], doc["findings"]
+    assert doc["findings"][0]["fields"]["rank"] == "1"
+
+
+def test_every_nodes_gpu_0_stays_apart() -> None:
+    from gpufix.diagnosis import _place_series
+    from gpufix.evidence import Evidence
+    from gpufix.series import Sample
+
+    merged = Evidence()
+    for rank, node in ((0, "node-0"), (1, "node-1")):
+        part = Evidence()
+        part.series["gpu.util_gpu_pct"] = [Sample(1.0, 90.0 if rank == 0 else 5.0, "0", "telemetry.jsonl", 1)]
+        part.series["probe.step_time_s"] = [Sample(1.0, 0.1, "0", "probe-1.jsonl", 1)]
+        _place_series(part, rank, node)
+        merged.merge(part)
+    assert sorted(s.group for s in merged.series["gpu.util_gpu_pct"]) == ["node-0:0", "node-1:0"]
+    assert sorted(s.group for s in merged.series["probe.step_time_s"]) == ["0", "1"]  # a probe that knew no rank
