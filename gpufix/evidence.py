@@ -81,12 +81,11 @@ class Evidence:
         def placed(ref: LineRef) -> LineRef:
             return ref if ref.rank is not None else ref._replace(rank=rank)
 
-        out = Evidence(self.sources)
+        out = Evidence()
         out.merge(self)
         out.hits = {index: [Hit(tuple(placed(r) for r in hit.lines), hit.groups) for hit in hits]
                     for index, hits in out.hits.items()}
         out.exceptions = [e._replace(ref=placed(e.ref)) for e in out.exceptions]
-        out.sources = list(self.sources)
         return out
 
     def merge(self, other: Evidence) -> None:

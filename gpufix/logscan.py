@@ -197,8 +197,6 @@ class LogScanner:
             pos = end
 
 
-
-
 def _spawn_report(type_name: str, message: str) -> bool:
     """torch.multiprocessing.spawn's re-raise of a process's failure in the parent: "Exception: " (torch
     1.x) or "torch.multiprocessing.spawn.ProcessRaisedException: ", then "-- Process 2 terminated with the

@@ -114,18 +114,15 @@ def _task_node(record_dir: str) -> str | None:
 
 
 def _place_series(evidence: Evidence, rank: int, node: str | None) -> None:
-    """One task's measurements among the step's: its per-rank series under its rank where its probe knew
-    none ("0"), and its GPUs named by node ("node-3:0"), since every node has a GPU 0."""
-    from gpufix.signals import GPU, RANK, SIGNALS
+    """One task's GPUs named by its node ("node-3:0") among the step's, since every node has a GPU 0.
+    (Per-rank series need nothing: the probe takes SLURM_PROCID as a task's rank.)"""
+    from gpufix.signals import GPU, SIGNALS
 
-    per = {signal.name: signal.per for signal in SIGNALS}
+    per_gpu = {signal.name for signal in SIGNALS if signal.per == GPU}
     where = node if node is not None else f"task{rank}"
-    for name, samples in evidence.series.items():
-        if per.get(name) == RANK:
-            evidence.series[name] = [s._replace(group=str(rank)) if s.group in (None, "0") else s for s in samples]
-        elif per.get(name) == GPU:
-            evidence.series[name] = [s._replace(group=f"{where}:{s.group}") if s.group is not None else s
-                                     for s in samples]
+    for name in per_gpu & evidence.series.keys():
+        evidence.series[name] = [s._replace(group=f"{where}:{s.group}") if s.group is not None else s
+                                 for s in evidence.series[name]]
 
 
 def evidence_from_text(paths: list[str], scanner: LogScanner, stdin: BinaryIO | None = None) -> Evidence:

@@ -124,8 +124,8 @@ def test_every_nodes_gpu_0_stays_apart() -> None:
     for rank, node in ((0, "node-0"), (1, "node-1")):
         part = Evidence()
         part.series["gpu.util_gpu_pct"] = [Sample(1.0, 90.0 if rank == 0 else 5.0, "0", "telemetry.jsonl", 1)]
-        part.series["probe.step_time_s"] = [Sample(1.0, 0.1, "0", "probe-1.jsonl", 1)]
+        part.series["probe.step_time_s"] = [Sample(1.0, 0.1, str(rank), "probe-1.jsonl", 1)]
         _place_series(part, rank, node)
         merged.merge(part)
     assert sorted(s.group for s in merged.series["gpu.util_gpu_pct"]) == ["node-0:0", "node-1:0"]
-    assert sorted(s.group for s in merged.series["probe.step_time_s"]) == ["0", "1"]  # a probe that knew no rank
+    assert sorted(s.group for s in merged.series["probe.step_time_s"]) == ["0", "1"]  # ranks stay as the probe read them

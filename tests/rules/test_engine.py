@@ -164,6 +164,15 @@ def test_priority_orders_independent_root_causes(tmp_path: Path) -> None:
     assert [f.code for f in findings] == ["THW002", "TMEM001"]  # hardware outranks, though it came later
 
 
+def test_what_stopped_the_run_leads_what_only_slowed_it_whatever_the_priorities(tmp_path: Path) -> None:
+    slow = rule("TPRF001", "throughput", "priority: 90\nmatch: {any: [{line: 'rank 1 is slow'}]}\nmessage: m\n"
+                "fixes: [{kind: config, title: f}]\n").replace("severity: error", "severity: warning")
+    crash = rule("TDST040", "nccl_hang", "priority: 10\nmatch: {any: [{line: 'worker failed'}]}\nmessage: m\n"
+                 "fixes: [{kind: config, title: f}]\n")
+    findings = run(ruleset_from(tmp_path, slow, crash), "rank 1 is slow\nworker failed\n")
+    assert [(f.code, f.consequence_of) for f in findings] == [("TDST040", None), ("TPRF001", None)]
+
+
 RATIO = rule("TDAT001", "slow_loader", """\
 match: {any: [{line: 'data (?P<data>[\\d.]+) of (?P<total>[\\d.]+)'}]}
 derive: {share: data / total}

@@ -40,10 +40,6 @@ def activate():
         from _gpufix_probe import ranklog
 
         ranklog.start(directory)
-        if ranklog._relay_pid is not None:
-            import atexit
-
-            atexit.register(ranklog.at_exit)
     except Exception:
         pass
     from _gpufix_probe import watch

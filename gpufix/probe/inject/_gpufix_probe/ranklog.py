@@ -10,8 +10,7 @@ tracebacks, C++ and NCCL lines, faulthandler, the forked DataLoader workers.
 
 - The relay ignores SIGINT, SIGTERM and SIGHUP and ends at end of file: a rank killed or crashed
   still has its last lines relayed (a SIGKILL of the whole group ends it too: nothing is left to
-  relay then). At a normal exit the rank waits (up to a second) until the relay has read what it
-  wrote, so the launcher's own lines about the rank's end come after the rank's output, as bare.
+  relay then).
 - Only when neither stream is a terminal (batch jobs, Slurm, `nohup`, CI): a terminal would become
   a pipe for the rank, and terminal-aware output (progress bars, colours) would change.
 - Once per rank: `GPUFIX_RANK_LOG` marks the rank's children (spawned workers) as covered.
@@ -25,15 +24,11 @@ ENV_MARK = "GPUFIX_RANK_LOG"
 RELAY_NAME = "gpufix-relay"  # (gpufix.watchdog.stacks.RELAY_NAME)
 MAX_LOG_BYTES = 256 * 1024 * 1024
 CHUNK = 65536
-EXIT_WAIT_S = 1.0
 HOLD_S = 0.05  # how long the start of a line waits for its end
-
-_relay_pid = None
 
 
 def start(probe_dir):
     """Fork the relay for this rank when this process is a launcher's rank (see the module doc)."""
-    global _relay_pid
     rank = os.environ.get("RANK", "")
     if not rank.isdigit() or os.environ.get(ENV_MARK) or not probe_dir:
         return
@@ -76,7 +71,6 @@ def start(probe_dir):
     os.dup2(err_w, 2)
     os.close(out_w)
     os.close(err_w)
-    _relay_pid = pid
 
 
 def _relay(sources, log):
@@ -160,35 +154,3 @@ def _write_all(fd, data):
         except InterruptedError:
             continue
         view = view[written:]
-
-
-def at_exit():
-    """Let the relay take the last bytes before the process ends (atexit): else the launcher's own
-    lines about this rank's end could pass them. The pipes stay open (finalisation may still print)."""
-    if _relay_pid is None:
-        return
-    import sys
-    import time
-
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    deadline = time.monotonic() + EXIT_WAIT_S
-    while time.monotonic() < deadline and (_unread(1) or _unread(2)):
-        time.sleep(0.002)
-
-
-def _unread(fd):
-    """Bytes in the pipe behind `fd` that the relay has not read yet (0 when unknown)."""
-    try:
-        import array
-        import fcntl
-        import termios
-
-        count = array.array("i", [0])
-        fcntl.ioctl(fd, termios.FIONREAD, count, True)
-        return count[0]
-    except Exception:
-        return 0
