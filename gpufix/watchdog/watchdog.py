@@ -22,7 +22,7 @@ from typing import Any
 
 BUSY_UTIL_PCT = 5
 KILL_GRACE_S = 10.0
-PROBE_DUMP_WAIT_S = 3.0  # the probe looks for a dump request once a second (faults.py)
+PROBE_DUMP_WAIT_S = 5.0  # the probe looks for a dump request once a second (faults.py); slack for a loaded host
 PROBE_TRIGGER = "dump-stacks"
 ON_HANG = ("wait", "kill")
 
@@ -142,6 +142,14 @@ def probe_stacks(probe_dir: str, out_dir: str, wait_s: float = PROBE_DUMP_WAIT_S
     return path
 
 
+def stall_line(report: HangReport) -> str:
+    """The stall in one `# gpufix-hang:` line (rules/hangs/HNG010): how long, what was seen, what gpufix did."""
+    seen = f" ({report.why})" if report.why else ""
+    if report.killed:
+        return f"# gpufix-hang: no progress for {report.idle_s:.0f} s{seen}; gpufix ended the job (--on-hang kill)"
+    return f"# gpufix-hang: no progress for {report.idle_s:.0f} s{seen}; gpufix dumped the stacks and let the job run"
+
+
 def _stderr_hang(report: HangReport) -> None:
     """The default hang callback: the report's text on stderr (rendered by the report layer)."""
     from gpufix.report.run import render_hang
@@ -232,11 +240,16 @@ class HangWatchdog:
         return report
 
     def _save(self, report: HangReport) -> None:
+        """The report as JSON, and the stall itself as a `# gpufix-hang:` line beside the dumps: the record's
+        diagnosis then names the hang (HNG010) even when no dump shows a wait gpufix knows, so a job that
+        gpufix ended keeps the hang as its cause, not the launcher's dying words."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.t))
         try:
             os.makedirs(self.stacks_dir, mode=0o700, exist_ok=True)
             with open(os.path.join(self.stacks_dir, f"{stamp}-hang.json"), "w", encoding="utf-8") as f:
                 json.dump(report.to_dict(), f, indent=1)
+            with open(os.path.join(self.stacks_dir, f"{stamp}-hang.txt"), "w", encoding="utf-8") as f:
+                f.write(stall_line(report) + "\n")
         except OSError:
             pass
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -98,3 +99,44 @@ def test_bad_on_hang_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError):
         HangWatchdog(1, None, 1, str(tmp_path), None, on_hang="explode")
+
+
+LAUNCHER_LIKE = '''import signal, time
+
+
+class SignalException(Exception):
+    """What torchrun's agent raises when it is sent a signal (torch.distributed.elastic)."""
+
+
+def stop(signum, frame):
+    raise SignalException(f"Process 4242 got signal: {signum}")
+
+
+signal.signal(signal.SIGTERM, stop)
+print("epoch 1 started", flush=True)
+while True:
+    time.sleep(0.05)  # stuck in a wait no rule knows
+'''
+
+
+def test_a_job_gpufix_ended_for_a_hang_keeps_the_hang_as_its_cause(tmp_path: Path) -> None:
+    """Issue 10/13: whatever the job prints while dying from gpufix's --on-hang kill (here torchrun's
+    SignalException, 'an interruption'), the stall is the root cause, even with no wait pattern gpufix
+    knows in the stacks."""
+    from tests.run.helpers import PY, env, records
+
+    (tmp_path / "job.py").write_text(LAUNCHER_LIKE)
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "2", "--on-hang", "kill",
+                           "--", PY, "job.py"], cwd=tmp_path, capture_output=True, env=env(), timeout=120)
+    err = done.stderr.decode()
+    assert done.returncode == 1, err  # the job's own status: it raised
+    (record,) = records(tmp_path / "runs")
+    (line,) = [p.read_text() for p in (record / "stacks").glob("*-hang.txt")]
+    assert line.startswith("# gpufix-hang: no progress for ") and "gpufix ended the job (--on-hang kill)" in line
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    assert findings[0]["code"] == "HNG010", findings
+    assert "gpufix ended the job" in findings[0]["message"]
+    interrupted = [f for f in findings if f["code"] == "GEN020"]
+    assert interrupted and interrupted[0]["consequence_of"] == "HNG010", findings
+    root = next(line for line in err.splitlines() if line.startswith("Root cause:"))
+    assert "HNG010" in root, err[-2000:]
