@@ -25,6 +25,7 @@ from gpufix.rules.loader import load_ruleset
 HERE = Path(__file__).resolve().parent
 REAL = HERE.parent / "fixtures" / "corpus"
 SHARED = HERE.parent.parent / "shared" / "corpus"
+REPRESENTATIVE = "rep"  # batch-name prefix of the batches sampled in search order (fixtures/corpus/README.md)
 SHORT = {"oom": "oom", "cpu_fallback": "cpu", "arch_mismatch": "arch", "illegal_memory_access": "ima",
          "nccl_hang": "nccl", "slow_loader": "load", "device_mismatch": "dev", "state_dict_prefix": "ckpt",
          "nan_loss": "nan", "hardware_xid": "xid", "hang": "hang", "throughput": "perf", OTHER: "other"}
@@ -67,6 +68,18 @@ def report(name: str, rows: list[Row], misses: bool) -> None:
                 print(f"    MISS {r.case.id:<16} label {r.case.label:<22} got {r.predicted:<22} ({r.code})  {r.case.source}")
 
 
+def representative(rows: list[Row]) -> None:
+    """The same scores on the batches sampled as the searches returned them (`rep*`, README: Sampling):
+    the other batches were collected by category, hard cases and near misses on purpose."""
+    for part, name in (("dev", "development"), ("val", "validation")):
+        mine = [r for r in rows if r.case.part == part and r.case.id.startswith(REPRESENTATIVE)]
+        if mine:
+            s = score(mine)
+            print(f"  representative batches only, {name} part, {len(mine)} cases: GPU top-1 gpufix {s.gpu_top1:.1%} "
+                  f"keywords {s.baseline_gpu_top1:.1%}; ordinary kept clean gpufix {s.ordinary_clean:.1%} "
+                  f"keywords {s.baseline_ordinary_clean:.1%}")
+
+
 def main(argv: list[str]) -> int:
     verbose = "-v" in argv
     show_val = "--show-validation-misses" in argv
@@ -82,6 +95,7 @@ def main(argv: list[str]) -> int:
         report("development part (rules are tuned on it)", [r for r in rows if r.case.part == "dev"], verbose)
         if not dev_only:
             report("validation part (never tuned on)", [r for r in rows if r.case.part == "val"], show_val)
+        representative(rows if not dev_only else [r for r in rows if r.case.part == "dev"])
     if not [a for a in argv if not a.startswith("-")] and (SHARED / "labels.yaml").is_file():
         rows = evaluate(load_corpus(SHARED), pack)
         report(f"shared development corpus {SHARED}", rows, True)
