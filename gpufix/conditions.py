@@ -195,10 +195,10 @@ def prefix_between(longer: str, shorter: str) -> str | None:
 
 
 def keys_unpaired(missing: str, unexpected: str) -> str | None:
-    """'yes' when both printed key lists hold at least 3 keys and not one key of the missing list
+    """'yes' when both printed key lists hold at least 2 keys and not one key of the missing list
     is a key of the other under any renaming of prefixes: another architecture, not a wrapper."""
     m, u = _keys(missing), _keys(unexpected)
-    if len(m) < 3 or len(u) < 3:
+    if len(m) < 2 or len(u) < 2:
         return None
     heads_u = _heads(u)
     for key in m:

@@ -95,6 +95,10 @@ def test_other_layers_do_not_pair_up() -> None:
     assert keys_unpaired('"fc.weight", "fc.bias", "fc2.weight"', '"classifier.weight", "classifier.bias", "head.weight"') == "yes"
     # other blocks of the same model (layer4.0 against layer4.1) are not a renaming
     assert renaming('"layer4.0.conv1.weight", "layer4.0.bn1.bias"', '"layer4.1.conv1.weight", "layer4.1.bn1.bias"') is None
+    # a layer that gained a sub-module (torch_geometric's GCNConv: conv1.weight -> conv1.lin.weight) pairs under no
+    # prefix, even with two keys a side (a wrapper's prefix would pair every key)
+    assert keys_unpaired('"conv1.lin.weight", "conv2.lin.weight"', '"conv1.weight", "conv2.weight"') == "yes"
+    assert keys_unpaired('"conv1.weight", "conv2.weight"', '"module.conv1.weight", "module.conv2.weight"') is None
     # too few keys to say: no verdict either way
     assert keys_unpaired('"fc.weight"', '"classifier.weight"') is None
 
