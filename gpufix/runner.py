@@ -502,9 +502,10 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageVersions 
         warn(f"{dropped} bytes of the job's output are missing from the run record ({why})")
     text = ""
     # A failed job is always diagnosed. A successful one only when something was measured (GPU
-    # telemetry, the probe): a GPU throttled, idle or never used, a starving loader, a leak.
+    # telemetry, the probe): a GPU throttled, idle or never used, a starving loader, a leak; or
+    # when the hang watchdog fired (a stall the job came out of is still worth knowing).
     blocked = sum(result.output_blocked_s.values())
-    measured = not failed and (_has_measurements(record.path) or blocked >= OUTPUT_BLOCKED_NOTABLE_S)
+    measured = not failed and (_has_measurements(record.path) or blocked >= OUTPUT_BLOCKED_NOTABLE_S or bool(hangs))
     if (failed or measured) and not result.spawn_error:
         record.write_result(fields)  # the diagnosis reads output_blocked_s from it
         try:

@@ -135,8 +135,22 @@ def test_a_job_gpufix_ended_for_a_hang_keeps_the_hang_as_its_cause(tmp_path: Pat
     assert line.startswith("# gpufix-hang: no progress for ") and "gpufix ended the job (--on-hang kill)" in line
     findings = json.loads((record / "result.json").read_text())["findings"]
     assert findings[0]["code"] == "HNG010", findings
-    assert "gpufix ended the job" in findings[0]["message"]
+    assert "gpufix ended it" in findings[0]["message"]
     interrupted = [f for f in findings if f["code"] == "GEN020"]
     assert interrupted and interrupted[0]["consequence_of"] == "HNG010", findings
     root = next(line for line in err.splitlines() if line.startswith("Root cause:"))
     assert "HNG010" in root, err[-2000:]
+
+
+def test_a_stall_gpufix_left_running_is_a_warning_on_a_run_that_then_succeeds(tmp_path: Path) -> None:
+    """--on-hang wait: the stall is reported (HNG011, a warning: the job moved on), the exit status is the job's."""
+    from tests.run.helpers import PY, env, records
+
+    (tmp_path / "job.py").write_text("import time\nprint('loading', flush=True)\ntime.sleep(4)\nprint('done', flush=True)\n")
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "1.5", "--on-hang", "wait",
+                           "--", PY, "job.py"], cwd=tmp_path, capture_output=True, env=env(), timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    (record,) = records(tmp_path / "runs")
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    assert [f["code"] for f in findings] == ["HNG011"], findings
+    assert findings[0]["severity"] == "warning" and "left it running" in findings[0]["message"]
