@@ -14,7 +14,7 @@ from gpufix import conditions
 from gpufix.evidence import Evidence, ExceptionRecord, LineRef
 from gpufix.findings import Finding, RenderedFix
 from gpufix.redact import redact_text
-from gpufix.regex import compile_pattern, decode_groups
+from gpufix.regex import compile_pattern, decode_groups, may_match
 from gpufix.rules.model import Group, Leaf, Rule, RuleSet, pattern_key
 
 MAX_EVIDENCE_SHOWN = 8
@@ -53,13 +53,8 @@ def _series_leaf(leaf: Leaf, evidence: Evidence, bound: dict[str, str]) -> _Resu
 
 
 def _may_match(ruleset: RuleSet, pattern: str, ignore_case: bool, text: str) -> bool:
-    """False when none of the pattern's required literals occurs in `text` (it cannot match)."""
-    required = ruleset.literals.get(pattern_key(pattern, ignore_case))
-    if not required:
-        return True
-    folded, alternatives = required
-    haystack = text.lower() if folded else text
-    return any(literal in haystack for literal in alternatives)
+    """False when the pattern's required literals rule `text` out (it cannot match)."""
+    return may_match(ruleset.literals.get(pattern_key(pattern, ignore_case)), text)
 
 
 def _leaf(leaf: Leaf, evidence: Evidence, ruleset: RuleSet, exceptions: list[ExceptionRecord],

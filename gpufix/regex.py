@@ -75,6 +75,17 @@ def group_names(pattern: str) -> list[str]:
     return [name.decode() if isinstance(name, bytes) else name for name in compile_pattern(pattern).groupindex]
 
 
+def may_match(required: Any, text: Any, lowered: Any = None) -> bool:
+    """False when `text` (str or bytes, the literals' own type) lacks every literal of one of the
+    pattern's required factors (`(folded, [[alternatives], ...])`, see rules/literals.py): then the
+    pattern cannot match it and need not be compiled. `lowered` is `text.lower()`, when at hand."""
+    if not required:
+        return True
+    folded, factors = required
+    haystack = (lowered if lowered is not None else text.lower()) if folded else text
+    return all(any(literal in haystack for literal in factor) for factor in factors)
+
+
 class PatternSet:
     """Many patterns searched in one pass: `present(data)` says which occur anywhere.
 
@@ -92,7 +103,8 @@ class PatternSet:
         # per pattern: None (no literal known) or (folded, [bytes literals]); see rules/literals.py
         self.literals = None
         if literals is not None:
-            self.literals = [None if lit is None else (lit[0], [s.encode("utf-8") for s in lit[1]]) for lit in literals]
+            self.literals = [None if lit is None else (lit[0], [[s.encode("utf-8") for s in factor] for factor in lit[1]])
+                             for lit in literals]
         self._set: Any = None
 
     def _compiled_set(self) -> Any:
@@ -122,11 +134,9 @@ class PatternSet:
         found = []
         for index, required in enumerate(self.literals):
             if required is not None:
-                folded, alternatives = required
-                if folded and lowered is None:
+                if required[0] and lowered is None:
                     lowered = data.lower()
-                haystack = lowered if folded else data
-                if not any(lit in haystack for lit in alternatives):
+                if not may_match(required, data, lowered):
                     continue
             if self.regex(index).search(data):
                 found.append(index)

@@ -23,7 +23,7 @@ from gpufix import __version__
 from gpufix.errors import RuleError
 from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, Rule, RuleSet, pattern_key
 
-SCHEMA_VERSION = 6  # 6: the cache keeps the notes of refused user rules
+SCHEMA_VERSION = 7  # 7: required literals are several factors per pattern (rules/literals.py)
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")

@@ -168,3 +168,22 @@ def test_users_line_patterns_together_are_bounded_as_one_set(tmp_path: Path, mon
     refused = over_budget(user)
     assert sorted(refused) == list(range(first, len(patterns)))
     assert all("as one set" in why and why.startswith(user[i]["source"] + ":8:") for i, why in refused.items())
+
+
+def test_required_literals_keep_several_factors_and_every_one_must_be_there() -> None:
+    """Each factor is one part of the pattern's concatenation, so a text that lacks one of them cannot
+    match: the prefilter rules out more patterns than with one factor, and never one that matches."""
+    from gpufix.regex import compile_pattern, may_match
+    from gpufix.rules.literals import required_literals
+
+    pattern = r"Tried\s+to\s+allocate\s+(?P<n>[\d.]+)\s+GiB"
+    required = required_literals(pattern)
+    assert required == (False, [["allocate"], ["Tried"], ["GiB"]])  # the most selective first
+    assert may_match(required, "Tried to allocate 2.00 GiB") and compile_pattern(pattern).search(b"Tried to allocate 2.00 GiB")
+    assert not may_match(required, "failed to allocate 20 bytes (Tried nothing)")  # no GiB: ruled out
+    as_bytes = (False, [[lit.encode() for lit in factor] for factor in required[1]])  # as PatternSet keeps them
+    assert may_match(as_bytes, b"Tried to allocate 1 GiB") and not may_match(as_bytes, b"Tried to allocate 1 MiB")
+    folded = required_literals(r"(?:foo|bar)baz\s+qux", ignore_case=True)
+    assert folded == (True, [["baz"], ["qux"], ["bar", "foo"]])
+    assert may_match(folded, "FOOBAZ QUX") and not may_match(folded, "foobaz quux")
+    assert may_match(None, "anything")  # no literal proven: always tried
