@@ -100,7 +100,7 @@ class PatternSet:
 
     def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None) -> None:
         self.patterns = patterns
-        # per pattern: None (no literal known) or (folded, [bytes literals]); see rules/literals.py
+        # per pattern: None (no literal known) or (folded, [[bytes alternatives] per factor]); see rules/literals.py
         self.literals = None
         if literals is not None:
             self.literals = [None if lit is None else (lit[0], [[s.encode("utf-8") for s in factor] for factor in lit[1]])

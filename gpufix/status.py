@@ -133,8 +133,8 @@ def newest_record(parent: str | Path) -> Path | None:
     folder = Path(parent)
     if not folder.is_dir():
         return None
-    records = [(p, _start_key(p)) for p in folder.iterdir() if p.is_dir() and is_record(p)]
-    records += [(p, _group_key(p)) for p in folder.iterdir() if p.is_dir() and is_group(p)]
+    records = [(p, _start_key(p) if is_record(p) else _group_key(p)) for p in folder.iterdir()
+               if p.is_dir() and (is_record(p) or is_group(p))]
     return max(records, key=lambda r: r[1])[0] if records else None
 
 

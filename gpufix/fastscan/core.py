@@ -123,7 +123,7 @@ class Partial:
 class FastScanner:
     """One rule pack's patterns, compiled once: a combined RE2 set and `LogScanner`'s own set."""
 
-    # literals: per pattern None or (folded, [str]) as `RuleSet.line_literals()` gives them
+    # literals: per pattern None or (folded, [[str] per factor]) as `RuleSet.line_literals()` gives them
 
     def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None) -> None:
         self.patterns = patterns

@@ -99,4 +99,3 @@ def required_literals(pattern: str, ignore_case: bool = False) -> tuple[bool, li
             return None  # bytes.lower() only folds ASCII
         factors = [[lit.lower() for lit in factor] for factor in factors]
     return ignore_case, [sorted(set(factor)) for factor in factors]
-

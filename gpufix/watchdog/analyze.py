@@ -26,6 +26,12 @@ _COLLECTIVES = re.compile(
 )
 
 
+def in_collective(file: str | None, func: str) -> bool:
+    """A frame of a torch.distributed collective (all_reduce, barrier, ...), whatever the path separator."""
+    return (bool(file) and "torch/distributed/" in file.replace("\\", "/")
+            and bool(_COLLECTIVES.match(func.rsplit(".", 1)[-1])))
+
+
 @dataclass(frozen=True)
 class Frame:
     func: str
@@ -98,7 +104,7 @@ def classify(thread: ThreadStack) -> str | None:
         if f.file and "torch/distributed/elastic/rendezvous/" in f.file and f.func.endswith("next_rendezvous"):
             return f"{label}: rendezvous: waits in {f.func} ({f.file}:{f.line}) for nodes or ranks that have not joined"
     for f in py:
-        if f.file and "torch/distributed/" in f.file and _COLLECTIVES.match(f.func.rsplit(".", 1)[-1]):
+        if in_collective(f.file, f.func):
             return f"{label}: collective: waits in {f.func} ({f.file}:{f.line}){at}"
     for f in py:
         if f.file and f.file.endswith("torch/utils/data/dataloader.py") and f.func.rsplit(".", 1)[-1] in ("_get_data", "_try_get_data"):
@@ -184,7 +190,7 @@ def collective_frame(frames: list[dict[str, object]]) -> tuple[str, str] | None:
     for frame in frames:
         file = str(frame.get("file") or "").replace("\\", "/")
         func = str(frame.get("function") or "")
-        if "torch/distributed/" in file and _COLLECTIVES.match(func):
+        if in_collective(file, func):
             op = op or func
         elif op is None and is_user_file(file):
             user = Frame(func, file, frame.get("line") if isinstance(frame.get("line"), int) else None)
@@ -204,8 +210,7 @@ def cross_rank(dumps: list[tuple[int, int, str]]) -> list[str]:
         if thread is None or not thread.frames:
             continue
         user = next((f for f in thread.frames if is_user_file(f.file)), thread.frames[0])
-        op = next((f.func for f in thread.frames
-                   if "torch/distributed/" in (f.file or "").replace("\\", "/") and _COLLECTIVES.match(f.func)), None)
+        op = next((f.func for f in thread.frames if in_collective(f.file, f.func)), None)
         if op:
             waiting[rank] = (op, _short(user))
         else:
