@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gpufix.rules.corpus import OTHER, Row, confusion, evaluate, load_corpus, score
@@ -80,6 +81,33 @@ def representative(rows: list[Row]) -> None:
                   f"keywords {s.baseline_ordinary_clean:.1%}")
 
 
+def reading(rows: list[Row], audit: Path) -> None:
+    """How an expert does on a random validation sample from the pasted text alone (README: Audits):
+    the ceiling a text-only diagnosis can reach with these thread-settled labels, beside gpufix's score."""
+    import yaml
+
+    reader = {str(e["id"]): e for e in yaml.safe_load(audit.read_text(encoding="utf-8")) or []}
+    mine = [r for r in rows if r.case.id in reader]
+    if not mine:
+        return
+
+    def shares(cases: list[Row], said: Callable[[Row], str]) -> str:
+        gpu = [r for r in cases if r.case.label != OTHER]
+        ordinary = [r for r in cases if r.case.label == OTHER]
+        top1 = sum(said(r) == r.case.label for r in gpu) / max(1, len(gpu))
+        clean = sum(said(r) == OTHER for r in ordinary) / max(1, len(ordinary))
+        return f"GPU top-1 {top1:.1%}, ordinary kept clean {clean:.1%}"
+
+    sure = [r for r in mine if reader[r.case.id]["sure"]]
+    def read(r: Row) -> str:
+        return str(reader[r.case.id]["reader"])
+
+    print(f"  text-only reading, {len(mine)} random validation cases: reader {shares(mine, read)};"
+          f" gpufix {shares(mine, lambda r: r.predicted)}")
+    print(f"    on the {len(sure)} the reader found settled by the text: reader {shares(sure, read)};"
+          f" gpufix {shares(sure, lambda r: r.predicted)}")
+
+
 def main(argv: list[str]) -> int:
     verbose = "-v" in argv
     show_val = "--show-validation-misses" in argv
@@ -96,6 +124,8 @@ def main(argv: list[str]) -> int:
         if not dev_only:
             report("validation part (never tuned on)", [r for r in rows if r.case.part == "val"], show_val)
         representative(rows if not dev_only else [r for r in rows if r.case.part == "dev"])
+        if not dev_only and (folder / "audits" / "text-only-reading.yaml").is_file():
+            reading(rows, folder / "audits" / "text-only-reading.yaml")
     if not [a for a in argv if not a.startswith("-")] and (SHARED / "labels.yaml").is_file():
         rows = evaluate(load_corpus(SHARED), pack)
         report(f"shared development corpus {SHARED}", rows, True)
