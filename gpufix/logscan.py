@@ -44,6 +44,9 @@ _EXCEPTION = compile_pattern(
     r"^(?:" + _PREFIX_RE + r")?[ \t]*"
     # A bare `Exception: msg` counts (raise Exception(...)); a bare `Error:` is too common in logs.
     r"(?:(?P<type>(?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault)|Exception))"
+    # Ray names the exception a remote task raised in parentheses, "ray.exceptions.RayTaskError(DistBackendError): ray::...":
+    # that inner type is the failure, and it is recorded as the exception's type
+    r"(?:\((?P<inner>(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault))\))?"
     r"(?:[ \t]*$|:(?P<message>[^\n]*)$)"
     r"|(?P<chain>During handling of the above exception|The above exception was the direct cause))"
 )
@@ -228,7 +231,7 @@ def scan_exceptions(block: _Block, into: Any, cause_before: int | None = None) -
         message = "\n".join([message, *LogScanner._continuation(data, match.end(), 2 if opens_later else 0)]).strip()
         cause = (len(into.exceptions) - 1 if into.exceptions else cause_before) if chained else None
         chained = False
-        type_name = match.group(b"type").decode("ascii", "replace")
+        type_name = (match.group(b"inner") or match.group(b"type")).decode("ascii", "replace")
         if _spawn_report(type_name, message):
             continue  # mp.spawn's report of another process's exception, which follows it (unless the paste is cut)
         into.exceptions.append(ExceptionRecord(type_name, message, block.line_ref(match.start()), cause))
