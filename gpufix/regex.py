@@ -100,11 +100,9 @@ class PatternSet:
 
     def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None) -> None:
         self.patterns = patterns
-        # per pattern: None (no literal known) or (folded, [[bytes alternatives] per factor]); see rules/literals.py
-        self.literals = None
-        if literals is not None:
-            self.literals = [None if lit is None else (lit[0], [[s.encode("utf-8") for s in factor] for factor in lit[1]])
-                             for lit in literals]
+        # per pattern: None (no literal known) or (folded, [[str alternatives] per factor]); see rules/literals.py.
+        # They stay text: `present` decodes the (small) input once instead of encoding ~4000 literals per process.
+        self.literals = literals
         self._set: Any = None
 
     def _compiled_set(self) -> Any:
@@ -130,13 +128,16 @@ class PatternSet:
             if combined is False:
                 return [i for i in range(len(self.patterns)) if self.regex(i).search(data)]
             return sorted(combined.Match(data) or ())
-        lowered: bytes | None = None
+        # surrogateescape keeps every byte: a literal occurs in the text exactly where its UTF-8 occurs in the data
+        # (invalid bytes become lone surrogates, which no literal holds). Folding lowers ASCII only, as bytes.lower().
+        text = data.decode("utf-8", "surrogateescape")
+        lowered: str | None = None
         found = []
         for index, required in enumerate(self.literals):
             if required is not None:
                 if required[0] and lowered is None:
-                    lowered = data.lower()
-                if not may_match(required, data, lowered):
+                    lowered = data.lower().decode("utf-8", "surrogateescape")
+                if not may_match(required, text, lowered):
                     continue
             if self.regex(index).search(data):
                 found.append(index)
