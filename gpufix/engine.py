@@ -256,7 +256,8 @@ def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[
     notes: list[str] = []
     order = {source: i for i, source in enumerate(evidence.sources)}
     findings: dict[str, Finding] = {}
-    for rule in ruleset.rules:
+    # Only the rules that can match: one made of line patterns alone needs one of them in the evidence.
+    for rule in ruleset.candidates({index for index, hits in evidence.hits.items() if hits}):
         if rule.fallback or rule.status == "deprecated":
             continue
         result = _group(rule.match, evidence, ruleset, evidence.exceptions)
@@ -268,8 +269,8 @@ def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[
             notes.append(f"{rule.code} {rule.name} not evaluated: {'; '.join(result.unevaluated)}")
     covered = {(ref.source, ref.line) for f in findings.values() for ref in f.all_refs}
     uncovered = [e for e in evidence.exceptions if (e.ref.source, e.ref.line) not in covered]
-    for rule in ruleset.rules:
-        if rule.fallback and uncovered:
+    for rule in ruleset.candidates(set()) if uncovered else ():
+        if rule.fallback:
             result = _group(rule.match, evidence, ruleset, uncovered)
             if result.matched:
                 findings[rule.code] = _finding(rule, result, order, evidence.facts)

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 from gpufix import __version__
 from gpufix.errors import RuleError
-from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, Rule, RuleSet, pattern_key
+from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, LazyRuleSet, Rule, RuleSet, lazy_index, pattern_key
 
-SCHEMA_VERSION = 7  # 7: required literals are several factors per pattern (rules/literals.py)
+SCHEMA_VERSION = 8  # 8: the lean cache holds the index LazyRuleSet reads (line patterns, each rule's needed lines)
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")
@@ -121,7 +121,9 @@ def load_ruleset(
             with open(os.path.join(cache_dir, name + (".full" if full else ".lean")), "rb") as f:
                 cached = marshal.loads(f.read())  # 5x faster than marshal.load(f)
             if cached["key"] == key:
-                return _build(cached["entries"], cached["literals"], cached["notes"])
+                if full:
+                    return _build(cached["entries"], cached["literals"], cached["notes"])
+                return _lazy(cached["entries"], cached["literals"], cached["notes"], cached["index"])
         except (OSError, ValueError, EOFError, KeyError, TypeError):
             pass  # no cache yet, or a stale/corrupt one: validate afresh
     entries, problems = _validate(files)
@@ -135,7 +137,8 @@ def load_ruleset(
     if use_cache:
         lean = [{**e, "rule": _lean(e["rule"])} for e in entries]
         _write_cache(os.path.join(cache_dir, name + ".lean"),
-                     {"key": key, "entries": lean, "literals": literals, "notes": notes})
+                     {"key": key, "entries": lean, "literals": literals, "notes": notes,
+                      "index": lazy_index(_build(entries, {}))})
         _write_cache(os.path.join(cache_dir, name + ".full"),
                      {"key": key, "entries": entries, "literals": literals, "notes": notes})
     return _build(entries, literals, notes)
@@ -297,6 +300,13 @@ def _write_cache(cache_file: str, content: dict[str, Any]) -> None:
         os.replace(tmp, cache_file)
     except (OSError, ValueError):  # ValueError: marshal met a value it cannot write
         pass  # a read-only home or full disk costs start-up time, nothing else
+
+
+def _lazy(entries: list[dict[str, Any]], literals: dict[str, Any], notes: list[str], index: dict[str, Any]) -> RuleSet:
+    """The lean cache's rules, each built when first read (LazyRuleSet)."""
+    if any(entry["rule"]["category"] not in CATEGORIES for entry in entries):  # a cache of another schema
+        raise KeyError("category")
+    return LazyRuleSet(entries, literals, notes, index)
 
 
 def _build(entries: list[dict[str, Any]], literals: dict[str, Any], notes: list[str] | tuple[str, ...] = ()) -> RuleSet:

@@ -6,8 +6,11 @@ define, which matters on `gpufix explain`'s start-up path (a dataclass costs ~0.
 
 from __future__ import annotations
 
+from collections.abc import Mapping  # already loaded by the interpreter's start-up (_collections_abc)
+
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any, NamedTuple
 else:
     from gpufix.tuples import NamedTuple
@@ -297,6 +300,91 @@ class RuleSet:
         borrowed = {leaf.vocabulary for rule in rules for leaf in rule.match.leaves() if leaf.vocabulary}
         lenders = [self.by_code[code] for code in sorted(borrowed) if code in self.by_code]
         return RuleSet(rules, self.notes, self.literals, lenders)
+
+    def candidates(self, hit_lines: set[int]) -> Iterator[Rule]:
+        """The rules, in order, that can match evidence whose line patterns `hit_lines` occurred: a rule
+        made of line patterns alone needs one of its own (see `needed_lines`); any other is kept."""
+        needs = self.__dict__.setdefault("_needs", {})
+        for rule in self.rules:
+            need = needs[rule.code] if rule.code in needs else needs.setdefault(rule.code, needed_lines(rule, self._line_index))
+            if need is None or not need.isdisjoint(hit_lines):
+                yield rule
+
+
+def needed_lines(rule: Rule, line_index: dict[tuple[str, bool], int]) -> frozenset[int] | None:
+    """For a rule whose matchers are all line patterns, the indices of those that can make it hold
+    (one of them must occur for it to match); None for any other rule (exception, series or
+    vocabulary matchers), which is always evaluated."""
+    leaves = rule.match.leaves()
+    if any(leaf.line is None or leaf.exception or leaf.message or leaf.series is not None or leaf.vocabulary
+           for leaf in leaves):
+        return None
+    positive = rule.match.positive_leaves()
+    if not positive:
+        return None
+    return frozenset(line_index[(leaf.line, leaf.ignore_case)] for leaf in positive if leaf.line is not None)
+
+
+class _ByCode(Mapping):  # of str -> Rule
+    """`LazyRuleSet.by_code`: a rule is built the first time it is looked up."""
+
+    def __init__(self, owner: LazyRuleSet) -> None:
+        self._owner = owner
+
+    def __getitem__(self, code: str) -> Rule:
+        return self._owner.rule_at(self._owner.position[code])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._owner.position)
+
+    def __len__(self) -> int:
+        return len(self._owner.position)
+
+
+class LazyRuleSet(RuleSet):
+    """A RuleSet read from the lean cache that builds each Rule only when something reads it.
+
+    Building all ~220 rules costs ~7 ms of `gpufix explain`'s start-up; a diagnosis reads the rules
+    that can match (`candidates`: those with an exception, series or vocabulary matcher, and the
+    line-pattern rules whose patterns occurred) and the ones it ranks. The line patterns, their
+    index and each rule's needed lines come precomputed from the cache (`lazy_index`).
+    """
+
+    def __init__(self, entries: list[dict[str, Any]], literals: dict[str, Any], notes: list[str],
+                 index: dict[str, Any]) -> None:
+        self._entries = entries
+        self._built: list[Rule | None] = [None] * len(entries)
+        self.position = {entry["rule"]["code"]: i for i, entry in enumerate(entries)}
+        self.by_code = _ByCode(self)  # type: ignore[assignment]
+        self.notes = list(notes)
+        self.literals = literals or {}
+        self.line_patterns = [(pattern, bool(ignore_case)) for pattern, ignore_case in index["line_patterns"]]
+        self._line_index = {key: i for i, key in enumerate(self.line_patterns)}
+        self._rule_lines = [None if lines is None else frozenset(lines) for lines in index["rule_lines"]]
+
+    def rule_at(self, i: int) -> Rule:
+        rule = self._built[i]
+        if rule is None:
+            entry = self._entries[i]
+            rule = self._built[i] = Rule.from_dict(entry["rule"], entry["source"], entry["line"])
+        return rule
+
+    @property  # type: ignore[override]
+    def rules(self) -> list[Rule]:
+        return [self.rule_at(i) for i in range(len(self._entries))]
+
+    def candidates(self, hit_lines: set[int]) -> Iterator[Rule]:
+        for i, need in enumerate(self._rule_lines):
+            if need is None or not need.isdisjoint(hit_lines):
+                yield self.rule_at(i)
+
+
+def lazy_index(ruleset: RuleSet) -> dict[str, Any]:
+    """What `LazyRuleSet` reads instead of building every rule: the line patterns in order and each
+    rule's needed lines (`needed_lines`), as plain lists for the marshalled cache."""
+    needs = [needed_lines(rule, ruleset._line_index) for rule in ruleset.rules]
+    return {"line_patterns": [list(key) for key in ruleset.line_patterns],
+            "rule_lines": [None if need is None else sorted(need) for need in needs]}
 
 
 def pattern_key(pattern: str, ignore_case: bool) -> str:

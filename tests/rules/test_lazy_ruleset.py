@@ -1,0 +1,52 @@
+"""The lean rule cache loads as a LazyRuleSet: rules are built when read, and a diagnosis reads
+only those that can match. It must diagnose exactly as the fully built pack does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufix.diagnosis import diagnose, evidence_from_text
+from gpufix.logscan import LogScanner
+from gpufix.rules.corpus import load_corpus
+from gpufix.rules.loader import load_ruleset
+from gpufix.rules.model import LazyRuleSet, RuleSet
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+QUICKSTART = Path(__file__).resolve().parents[2] / "fixtures" / "quickstart" / "oom-traceback.txt"
+
+
+def _both() -> tuple[RuleSet, RuleSet]:
+    load_ruleset()  # writes the caches when this session has none yet
+    lazy, full = load_ruleset(), load_ruleset(full=True)
+    assert isinstance(lazy, LazyRuleSet) and not isinstance(full, LazyRuleSet)
+    return lazy, full
+
+
+def test_lazy_and_built_packs_give_the_same_diagnoses_on_the_corpus() -> None:
+    lazy, full = _both()
+    assert lazy.line_patterns == full.line_patterns
+    assert lazy.line_literals() == full.line_literals()
+    cases = load_corpus(CORPUS)[::4]  # a quarter of ~2900 real logs, every batch represented
+    lazy_scan, full_scan = LogScanner.for_rules(lazy), LogScanner.for_rules(full)
+    differ = []
+    for case in cases:
+        a = diagnose(evidence_from_text([str(case.path)], lazy_scan), lazy)
+        b = diagnose(evidence_from_text([str(case.path)], full_scan), full)
+        if [(f.code, f.message, f.confidence) for f in a.findings] != [(f.code, f.message, f.confidence) for f in b.findings] \
+                or a.notes != b.notes:
+            differ.append(case.id)
+    assert len(cases) > 500 and not differ, differ
+
+
+def test_a_traceback_builds_only_the_rules_that_can_match() -> None:
+    lazy, full = _both()
+    assert isinstance(lazy, LazyRuleSet)
+    diagnosis = diagnose(evidence_from_text([str(QUICKSTART)], LogScanner.for_rules(lazy)), lazy)
+    assert diagnosis.findings and diagnosis.findings[0].category == "oom"
+    built = sum(rule is not None for rule in lazy._built)
+    # rules with exception or series matchers are always read; a line-pattern rule only when one of its lines occurred
+    assert built < len(full.rules) // 2, built
+    # everything stays reachable: by code, in order, and as the whole list
+    assert set(lazy.by_code) == {rule.code for rule in full.rules}
+    assert [rule.code for rule in lazy.rules] == [rule.code for rule in full.rules]
+    assert lazy.get("mem001").code == "MEM001" and lazy.get("mem001").with_details().fixes == full.get("MEM001").fixes
