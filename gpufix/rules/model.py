@@ -275,6 +275,7 @@ class RuleSet:
         self.literals = literals or {}
         self.line_patterns: list[tuple[str, bool]] = []
         self._line_index: dict[tuple[str, bool], int] = {}
+        self._needs: list[frozenset[int] | None] | None = None  # per rule, see `candidates`
         for rule in (*rules, *(lenders or ())):
             for leaf in rule.match.leaves():
                 if leaf.line is not None:
@@ -304,9 +305,9 @@ class RuleSet:
     def candidates(self, hit_lines: set[int]) -> Iterator[Rule]:
         """The rules, in order, that can match evidence whose line patterns `hit_lines` occurred: a rule
         made of line patterns alone needs one of its own (see `needed_lines`); any other is kept."""
-        needs = self.__dict__.setdefault("_needs", {})
-        for rule in self.rules:
-            need = needs[rule.code] if rule.code in needs else needs.setdefault(rule.code, needed_lines(rule, self._line_index))
+        if self._needs is None:
+            self._needs = [needed_lines(rule, self._line_index) for rule in self.rules]
+        for rule, need in zip(self.rules, self._needs):
             if need is None or not need.isdisjoint(hit_lines):
                 yield rule
 
