@@ -313,17 +313,32 @@ class RuleSet:
 
 
 def needed_lines(rule: Rule, line_index: dict[tuple[str, bool], int]) -> frozenset[int] | None:
-    """For a rule whose matchers are all line patterns, the indices of those that can make it hold
-    (one of them must occur for it to match); None for any other rule (exception, series or
-    vocabulary matchers), which is always evaluated."""
-    leaves = rule.match.leaves()
+    """For a rule whose matchers are all line patterns, line patterns one of which must occur for it
+    to match; None for any other rule (exception, series or vocabulary matchers) and for a rule that
+    could hold with no line at all, which are always evaluated."""
     if any(leaf.line is None or leaf.exception or leaf.message or leaf.series is not None or leaf.vocabulary
-           for leaf in leaves):
+           for leaf in rule.match.leaves()):
         return None
-    positive = rule.match.positive_leaves()
-    if not positive:
-        return None
-    return frozenset(line_index[(leaf.line, leaf.ignore_case)] for leaf in positive if leaf.line is not None)
+
+    def need(node: Node) -> frozenset[int] | None:
+        if isinstance(node, Leaf):
+            return frozenset([line_index[(node.line, node.ignore_case)]])
+        if not node.all and not node.any:
+            return None  # only exclusions: it holds on evidence with none of its lines
+        # each `all` child must hold, so any one child's need is the group's; of the `any` children one must hold
+        for child in node.all:
+            found = need(child)
+            if found is not None:
+                return found
+        wanted: set[int] = set()
+        for child in node.any:
+            found = need(child)
+            if found is None:
+                return None
+            wanted |= found
+        return frozenset(wanted) if node.any else None
+
+    return need(rule.match)
 
 
 class _ByCode(Mapping):  # of str -> Rule

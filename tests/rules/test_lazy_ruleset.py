@@ -50,3 +50,29 @@ def test_a_traceback_builds_only_the_rules_that_can_match() -> None:
     assert set(lazy.by_code) == {rule.code for rule in full.rules}
     assert [rule.code for rule in lazy.rules] == [rule.code for rule in full.rules]
     assert lazy.get("mem001").code == "MEM001" and lazy.get("mem001").with_details().fixes == full.get("MEM001").fixes
+
+
+def test_needed_lines_are_a_necessary_condition_never_a_guess() -> None:
+    from gpufix.rules.model import Rule, needed_lines
+
+    base = {"code": "USR001", "name": "x", "title": "t", "category": "oom", "severity": "error",
+            "confidence": "low", "status": "preview", "message": ["m"], "explanation": "e", "fixes": []}
+
+    def rule(code: str, match: dict) -> Rule:  # type: ignore[type-arg]
+        return Rule.from_dict({**base, "code": code, "match": match})
+
+    rules = [
+        # a group of exclusions alone holds on text without any of the rule's lines: always evaluated
+        rule("USR001", {"any": [{"none": [{"line": "XX"}]}, {"line": "AA"}]}),
+        # every `all` child must hold: one of them is enough to require
+        rule("USR002", {"all": [{"line": "AA"}, {"line": "BB"}]}),
+        # one of the `any` children must hold: the union of what each needs; exclusions add nothing
+        rule("USR003", {"any": [{"line": "AA"}, {"all": [{"line": "BB"}, {"line": "CC"}]}], "none": [{"line": "DD"}]}),
+        # an exception matcher: always evaluated
+        rule("USR004", {"any": [{"line": "AA"}, {"exception": "KeyError"}]}),
+    ]
+    index = RuleSet(rules)._line_index
+    aa, bb = index[("AA", False)], index[("BB", False)]
+    assert [needed_lines(r, index) for r in rules] == [None, frozenset([aa]), frozenset([aa, bb]), None]
+    assert [r.code for r in RuleSet(rules).candidates(set())] == ["USR001", "USR004"]
+    assert [r.code for r in RuleSet(rules).candidates({bb})] == ["USR001", "USR003", "USR004"]
