@@ -256,8 +256,10 @@ def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[
     notes: list[str] = []
     order = {source: i for i, source in enumerate(evidence.sources)}
     findings: dict[str, Finding] = {}
-    # Only the rules that can match: one made of line patterns alone needs one of them in the evidence.
-    for rule in ruleset.candidates({index for index, hits in evidence.hits.items() if hits}):
+    # Only the rules that can match: one of their lines occurred, or an exception record has the literals
+    # one of their exception matchers requires (RuleSet.candidates).
+    hit_lines = {index for index, hits in evidence.hits.items() if hits}
+    for rule in ruleset.candidates(hit_lines, evidence.exceptions):
         if rule.fallback or rule.status == "deprecated":
             continue
         result = _group(rule.match, evidence, ruleset, evidence.exceptions)
@@ -269,7 +271,7 @@ def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[
             notes.append(f"{rule.code} {rule.name} not evaluated: {'; '.join(result.unevaluated)}")
     covered = {(ref.source, ref.line) for f in findings.values() for ref in f.all_refs}
     uncovered = [e for e in evidence.exceptions if (e.ref.source, e.ref.line) not in covered]
-    for rule in ruleset.candidates(set()) if uncovered else ():
+    for rule in ruleset.candidates(hit_lines, uncovered) if uncovered else ():
         if rule.fallback:
             result = _group(rule.match, evidence, ruleset, uncovered)
             if result.matched:

@@ -275,7 +275,7 @@ class RuleSet:
         self.literals = literals or {}
         self.line_patterns: list[tuple[str, bool]] = []
         self._line_index: dict[tuple[str, bool], int] = {}
-        self._needs: list[frozenset[int] | None] | None = None  # per rule, see `candidates`
+        self._needs: list[Need | None] | None = None  # per rule, see `candidates`
         for rule in (*rules, *(lenders or ())):
             for leaf in rule.match.leaves():
                 if leaf.line is not None:
@@ -302,43 +302,67 @@ class RuleSet:
         lenders = [self.by_code[code] for code in sorted(borrowed) if code in self.by_code]
         return RuleSet(rules, self.notes, self.literals, lenders)
 
-    def candidates(self, hit_lines: set[int]) -> Iterator[Rule]:
-        """The rules, in order, that can match evidence whose line patterns `hit_lines` occurred: a rule
-        made of line patterns alone needs one of its own (see `needed_lines`); any other is kept."""
+    def candidates(self, hit_lines: set[int], exceptions: list[Any]) -> Iterator[Rule]:
+        """The rules, in order, that can match evidence where the line patterns `hit_lines` occurred and
+        these exception records were read (see `needs`): the others cannot, and are not even built."""
         if self._needs is None:
-            self._needs = [needed_lines(rule, self._line_index) for rule in self.rules]
+            self._needs = [needs(rule, self._line_index) for rule in self.rules]
         for rule, need in zip(self.rules, self._needs):
-            if need is None or not need.isdisjoint(hit_lines):
+            if _can_match(need, hit_lines, exceptions, self.literals):
                 yield rule
 
 
-def needed_lines(rule: Rule, line_index: dict[tuple[str, bool], int]) -> frozenset[int] | None:
-    """For a rule whose matchers are all line patterns, line patterns one of which must occur for it
-    to match; None for any other rule (exception, series or vocabulary matchers) and for a rule that
-    could hold with no line at all, which are always evaluated."""
-    if any(leaf.line is None or leaf.exception or leaf.message or leaf.series is not None or leaf.vocabulary
-           for leaf in rule.match.leaves()):
+# What a rule needs in the evidence to match (a necessary condition, never a guess): one of `lines`
+# occurred, or an exception record passes the required literals of one (type pattern, message pattern)
+# pair of its exception matchers (pattern_key strings, None for "any"). None: always evaluated.
+Need = tuple  # (frozenset[int], tuple[tuple[str | None, str | None], ...])
+
+
+def needs(rule: Rule, line_index: dict[tuple[str, bool], int]) -> Need | None:
+    """What the rule needs (above); None for a rule with series or vocabulary matchers, or one that
+    could hold on evidence with none of its matchers (a group of exclusions alone)."""
+    if any(leaf.series is not None or leaf.vocabulary for leaf in rule.match.leaves()):
         return None
 
-    def need(node: Node) -> frozenset[int] | None:
+    def need(node: Node) -> Need | None:
         if isinstance(node, Leaf):
-            return frozenset([line_index[(node.line, node.ignore_case)]])
+            if node.line is not None:
+                return frozenset([line_index[(node.line, node.ignore_case)]]), ()
+            return frozenset(), ((node.exception and pattern_key(node.exception, node.ignore_case),
+                                  node.message and pattern_key(node.message, node.ignore_case)),)
         if not node.all and not node.any:
-            return None  # only exclusions: it holds on evidence with none of its lines
+            return None  # only exclusions: it holds on evidence with none of its matchers
         # each `all` child must hold, so any one child's need is the group's; of the `any` children one must hold
         for child in node.all:
             found = need(child)
             if found is not None:
                 return found
-        wanted: set[int] = set()
+        lines: set[int] = set()
+        pairs: list[tuple[str | None, str | None]] = []
         for child in node.any:
             found = need(child)
             if found is None:
                 return None
-            wanted |= found
-        return frozenset(wanted) if node.any else None
+            lines |= found[0]
+            pairs.extend(found[1])
+        return (frozenset(lines), tuple(pairs)) if node.any else None
 
     return need(rule.match)
+
+
+def _can_match(need: Need | None, hit_lines: set[int], exceptions: list[Any], literals: dict[str, Any]) -> bool:
+    if need is None:
+        return True
+    lines, pairs = need
+    if not lines.isdisjoint(hit_lines):
+        return True
+    if not pairs or not exceptions:
+        return False
+    from gpufix.regex import may_match
+
+    return any((type_key is None or may_match(literals.get(type_key), record.type))
+               and (message_key is None or may_match(literals.get(message_key), record.message))
+               for type_key, message_key in pairs for record in exceptions)
 
 
 class _ByCode(Mapping):  # of str -> Rule
@@ -361,9 +385,10 @@ class LazyRuleSet(RuleSet):
     """A RuleSet read from the lean cache that builds each Rule only when something reads it.
 
     Building all ~220 rules costs ~7 ms of `gpufix explain`'s start-up; a diagnosis reads the rules
-    that can match (`candidates`: those with an exception, series or vocabulary matcher, and the
-    line-pattern rules whose patterns occurred) and the ones it ranks. The line patterns, their
-    index and each rule's needed lines come precomputed from the cache (`lazy_index`).
+    that can match (`candidates`: one of their line patterns occurred, an exception record has the
+    literals one of their exception matchers requires, or they have series or vocabulary matchers)
+    and the ones it ranks. The line patterns, their index and what each rule needs come precomputed
+    from the cache (`lazy_index`).
     """
 
     def __init__(self, entries: list[dict[str, Any]], literals: dict[str, Any], notes: list[str],
@@ -376,7 +401,8 @@ class LazyRuleSet(RuleSet):
         self.literals = literals or {}
         self.line_patterns = [(pattern, bool(ignore_case)) for pattern, ignore_case in index["line_patterns"]]
         self._line_index = {key: i for i, key in enumerate(self.line_patterns)}
-        self._rule_lines = [None if lines is None else frozenset(lines) for lines in index["rule_lines"]]
+        self._rule_needs = [None if need is None else (frozenset(need[0]), tuple(tuple(pair) for pair in need[1]))
+                            for need in index["rule_needs"]]
 
     def rule_at(self, i: int) -> Rule:
         rule = self._built[i]
@@ -389,18 +415,19 @@ class LazyRuleSet(RuleSet):
     def rules(self) -> list[Rule]:
         return [self.rule_at(i) for i in range(len(self._entries))]
 
-    def candidates(self, hit_lines: set[int]) -> Iterator[Rule]:
-        for i, need in enumerate(self._rule_lines):
-            if need is None or not need.isdisjoint(hit_lines):
+    def candidates(self, hit_lines: set[int], exceptions: list[Any]) -> Iterator[Rule]:
+        for i, need in enumerate(self._rule_needs):
+            if _can_match(need, hit_lines, exceptions, self.literals):
                 yield self.rule_at(i)
 
 
 def lazy_index(ruleset: RuleSet) -> dict[str, Any]:
-    """What `LazyRuleSet` reads instead of building every rule: the line patterns in order and each
-    rule's needed lines (`needed_lines`), as plain lists for the marshalled cache."""
-    needs = [needed_lines(rule, ruleset._line_index) for rule in ruleset.rules]
+    """What `LazyRuleSet` reads instead of building every rule: the line patterns in order and what
+    each rule needs (`needs`), as plain lists for the marshalled cache."""
+    out = [needs(rule, ruleset._line_index) for rule in ruleset.rules]
     return {"line_patterns": [list(key) for key in ruleset.line_patterns],
-            "rule_lines": [None if need is None else sorted(need) for need in needs]}
+            "rule_needs": [None if need is None else [sorted(need[0]), [list(pair) for pair in need[1]]]
+                           for need in out]}
 
 
 def pattern_key(pattern: str, ignore_case: bool) -> str:

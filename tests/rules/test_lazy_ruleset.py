@@ -52,8 +52,10 @@ def test_a_traceback_builds_only_the_rules_that_can_match() -> None:
     assert lazy.get("mem001").code == "MEM001" and lazy.get("mem001").with_details().fixes == full.get("MEM001").fixes
 
 
-def test_needed_lines_are_a_necessary_condition_never_a_guess() -> None:
-    from gpufix.rules.model import Rule, needed_lines
+def test_what_a_rule_needs_is_a_necessary_condition_never_a_guess() -> None:
+    from gpufix.evidence import ExceptionRecord, LineRef
+    from gpufix.rules.literals import required_literals
+    from gpufix.rules.model import Rule, needs, pattern_key
 
     base = {"code": "USR001", "name": "x", "title": "t", "category": "oom", "severity": "error",
             "confidence": "low", "status": "preview", "message": ["m"], "explanation": "e", "fixes": []}
@@ -62,17 +64,34 @@ def test_needed_lines_are_a_necessary_condition_never_a_guess() -> None:
         return Rule.from_dict({**base, "code": code, "match": match})
 
     rules = [
-        # a group of exclusions alone holds on text without any of the rule's lines: always evaluated
+        # a group of exclusions alone holds on text without any of the rule's matchers: always evaluated
         rule("USR001", {"any": [{"none": [{"line": "XX"}]}, {"line": "AA"}]}),
         # every `all` child must hold: one of them is enough to require
         rule("USR002", {"all": [{"line": "AA"}, {"line": "BB"}]}),
         # one of the `any` children must hold: the union of what each needs; exclusions add nothing
         rule("USR003", {"any": [{"line": "AA"}, {"all": [{"line": "BB"}, {"line": "CC"}]}], "none": [{"line": "DD"}]}),
-        # an exception matcher: always evaluated
-        rule("USR004", {"any": [{"line": "AA"}, {"exception": "KeyError"}]}),
+        # a line or an exception whose type and message have the patterns' literals
+        rule("USR004", {"any": [{"line": "AA"}, {"exception": "KeyError", "message": "no such layer"}]}),
+        # a series condition: always evaluated (its "not evaluated" note must not be lost)
+        rule("USR005", {"all": [{"series": "gpu.memory_used_mib", "agg": "max", "window": "all", "op": "<",
+                                 "value": 600, "per": "none", "min_samples": 30}]}),
     ]
-    index = RuleSet(rules)._line_index
+    pack = RuleSet(rules)
+    for key in ("KeyError", "no such layer"):
+        pack.literals[pattern_key(key, False)] = required_literals(key, False)
+    index = pack._line_index
     aa, bb = index[("AA", False)], index[("BB", False)]
-    assert [needed_lines(r, index) for r in rules] == [None, frozenset([aa]), frozenset([aa, bb]), None]
-    assert [r.code for r in RuleSet(rules).candidates(set())] == ["USR001", "USR004"]
-    assert [r.code for r in RuleSet(rules).candidates({bb})] == ["USR001", "USR003", "USR004"]
+    pair = (pattern_key("KeyError", False), pattern_key("no such layer", False))
+    assert [needs(r, index) for r in rules] == [
+        None, (frozenset([aa]), ()), (frozenset([aa, bb]), ()), (frozenset([aa]), (pair,)), None]
+
+    def record(type_: str, message: str) -> ExceptionRecord:
+        return ExceptionRecord(type_, message, LineRef("log", 1, f"{type_}: {message}"))
+
+    def codes(lines: set[int], exceptions: list[ExceptionRecord]) -> list[str]:
+        return [r.code for r in pack.candidates(lines, exceptions)]
+
+    assert codes(set(), []) == ["USR001", "USR005"]
+    assert codes({bb}, []) == ["USR001", "USR003", "USR005"]
+    assert codes(set(), [record("KeyError", "'fc.weight'")]) == ["USR001", "USR005"]
+    assert codes(set(), [record("KeyError", "no such layer: fc")]) == ["USR001", "USR004", "USR005"]
