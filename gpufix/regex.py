@@ -75,10 +75,10 @@ def group_names(pattern: str) -> list[str]:
     return [name.decode() if isinstance(name, bytes) else name for name in compile_pattern(pattern).groupindex]
 
 
-def may_match(required: Any, text: Any, lowered: Any = None) -> bool:
-    """False when `text` (str or bytes, the literals' own type) lacks every literal of one of the
-    pattern's required factors (`(folded, [[alternatives], ...])`, see rules/literals.py): then the
-    pattern cannot match it and need not be compiled. `lowered` is `text.lower()`, when at hand."""
+def may_match(required: Any, text: str, lowered: str | None = None) -> bool:
+    """False when `text` lacks every literal of one of the pattern's required factors
+    (`(folded, [[alternatives], ...])`, see rules/literals.py): then the pattern cannot match it and
+    need not be compiled. `lowered` is the text with ASCII lowered, when at hand."""
     if not required:
         return True
     folded, factors = required

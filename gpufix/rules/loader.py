@@ -133,15 +133,15 @@ def load_ruleset(
     refused = over_budget(entries)  # a user's pattern RE2 cannot run within bounds: that rule only
     entries = _apply_overrides([e for i, e in enumerate(entries) if i not in refused])
     notes = [refused[i] for i in sorted(refused)]
-    literals = _literals(entries)
+    ruleset = _build(entries, {}, notes)
+    ruleset.literals = literals = _literals(ruleset)
     if use_cache:
         lean = [{**e, "rule": _lean(e["rule"])} for e in entries]
         _write_cache(os.path.join(cache_dir, name + ".lean"),
-                     {"key": key, "entries": lean, "literals": literals, "notes": notes,
-                      "index": lazy_index(_build(entries, {}))})
+                     {"key": key, "entries": lean, "literals": literals, "notes": notes, "index": lazy_index(ruleset)})
         _write_cache(os.path.join(cache_dir, name + ".full"),
                      {"key": key, "entries": entries, "literals": literals, "notes": notes})
-    return _build(entries, literals, notes)
+    return ruleset
 
 
 # Keys a diagnosis never reads; the lean cache leaves them out.
@@ -157,13 +157,13 @@ def _lean(rule: dict[str, Any]) -> dict[str, Any]:
     return lean
 
 
-def _literals(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def _literals(ruleset: RuleSet) -> dict[str, Any]:
     """Required literals of every line, exception-type and message pattern (see literals.py),
     keyed by pattern_key: a pattern none of whose literals occurs in a text is not compiled for it."""
     from gpufix.rules.literals import required_literals
 
     out: dict[str, Any] = {}
-    for rule in _build(entries, {}).rules:
+    for rule in ruleset.rules:
         for leaf in rule.match.leaves():
             for pattern in (leaf.line, leaf.exception, leaf.message):
                 if pattern is not None:

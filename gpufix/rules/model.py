@@ -307,9 +307,12 @@ class RuleSet:
         these exception records were read (see `needs`): the others cannot, and are not even built."""
         if self._needs is None:
             self._needs = [needs(rule, self._line_index) for rule in self.rules]
-        for rule, need in zip(self.rules, self._needs):
+        for i, need in enumerate(self._needs):
             if _can_match(need, hit_lines, exceptions, self.literals):
-                yield rule
+                yield self.rule_at(i)
+
+    def rule_at(self, i: int) -> Rule:
+        return self.rules[i]
 
 
 # What a rule needs in the evidence to match (a necessary condition, never a guess): one of `lines`
@@ -401,8 +404,8 @@ class LazyRuleSet(RuleSet):
         self.literals = literals or {}
         self.line_patterns = [(pattern, bool(ignore_case)) for pattern, ignore_case in index["line_patterns"]]
         self._line_index = {key: i for i, key in enumerate(self.line_patterns)}
-        self._rule_needs = [None if need is None else (frozenset(need[0]), tuple(tuple(pair) for pair in need[1]))
-                            for need in index["rule_needs"]]
+        self._needs = [None if need is None else (frozenset(need[0]), tuple(tuple(pair) for pair in need[1]))
+                       for need in index["rule_needs"]]
 
     def rule_at(self, i: int) -> Rule:
         rule = self._built[i]
@@ -414,11 +417,6 @@ class LazyRuleSet(RuleSet):
     @property  # type: ignore[override]
     def rules(self) -> list[Rule]:
         return [self.rule_at(i) for i in range(len(self._entries))]
-
-    def candidates(self, hit_lines: set[int], exceptions: list[Any]) -> Iterator[Rule]:
-        for i, need in enumerate(self._rule_needs):
-            if _can_match(need, hit_lines, exceptions, self.literals):
-                yield self.rule_at(i)
 
 
 def lazy_index(ruleset: RuleSet) -> dict[str, Any]:

@@ -108,6 +108,15 @@ def test_a_bare_exception_type_counts_but_a_bare_error_does_not() -> None:
     assert [(e.type, e.message) for e in ev.exceptions] == [("Exception", "Current loss scale already at minimum")]
 
 
+def test_ray_wrapped_exception_is_read_as_the_type_the_task_raised() -> None:
+    """Ray prints a remote task's failure as `RayTaskError(Inner): ray::...`; the rules know Inner."""
+    ev = scan(b"ray.exceptions.RayTaskError(DistBackendError): ray::_Inner.train() (pid=318, ip=10.1.4.22)\n"
+              b"ray.exceptions.RayTaskError(torch.OutOfMemoryError): ray::f()\n"
+              b"    class TrainerError(ValueError):\n")
+    assert [e.type for e in ev.exceptions] == ["DistBackendError", "torch.OutOfMemoryError"]
+    assert ev.exceptions[0].message.startswith("ray::_Inner.train()")
+
+
 def test_a_pattern_set_too_big_for_re2_falls_back_to_searching_each_pattern(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """RE2 refuses a set whose DFA exceeds its memory budget; big inputs must still be searched."""
     import re2

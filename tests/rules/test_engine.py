@@ -188,3 +188,25 @@ def test_a_guarded_rule_reads_every_line_it_matched_not_only_the_first(tmp_path:
     (finding,) = run(rs, "data 0.1 of 1.0\ndata 0.2 of 1.0\ndata 0.9 of 1.2\ndata 0.1 of 1.0\n")
     assert finding.message == "data 0.9 s of 1.2 s"
     assert run(rs, "data 0.1 of 1.0\ndata 0.2 of 1.0\n") == []
+
+
+def test_a_condition_that_names_the_cause_outranks_the_generic_reading() -> None:
+    """The built-in pack: a device-side assert whose condition is a non-finite probability is a NaN
+    (NUM013 hides KRN002's out-of-range-index advice); a TF allocator dump alone is an OOM (MEM017)."""
+    pack = load_ruleset()
+    scanner = LogScanner.for_rules(pack)
+
+    def root(text: bytes) -> str:
+        return diagnose(scanner.scan_bytes(text, "log"), pack).findings[0].code
+
+    def category(text: bytes) -> str:
+        return diagnose(scanner.scan_bytes(text, "log"), pack).findings[0].category
+
+    assert root(b"../aten/src/ATen/native/cuda/TensorCompare.cu:110: _assert_async_cuda_kernel: block: [0,0,0], "
+                b"thread: [0,0,0] Assertion `probability tensor contains either `inf`, `nan` or element < 0` failed.\n") == "NUM013"
+    # any other assert stays a kernel fault
+    assert category(b"../aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: [0,0,0] "
+                    b"Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.\n") \
+        == "illegal_memory_access"
+    assert root(b"2022-06-09 15:42:08.118071: I tensorflow/core/common_runtime/bfc_allocator.cc:1034] "
+                b"2 Chunks of size 335544320 totalling 640.00MiB\n") == "MEM017"
