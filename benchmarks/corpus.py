@@ -3,7 +3,9 @@
 Reads the real-world corpus in fixtures/corpus (README there: sources, labels, the split) and,
 when it is there, the shared development corpus ../shared/corpus. For each part it prints top-1 per
 category for gpufix and for a fixed-order keyword search side by side, the confusion matrix, the
-share of ordinary errors kept clean (no GPU diagnosis), and the GPU top-1 margin over keywords.
+share of ordinary errors kept clean (no GPU diagnosis), and the GPU top-1 margin over keywords; then
+the same two scores on the batches sampled in search order (`rep*`), and, where the corpus has its
+audit file, an expert's text-only reading of a random validation sample beside gpufix on the same cases.
 
 Rules are tuned on the development part only: `-v` lists the development part's misses, never the
 validation part's (`--show-validation-misses` exists for the final report, not for tuning).
@@ -99,6 +101,7 @@ def reading(rows: list[Row], audit: Path) -> None:
         return f"GPU top-1 {top1:.1%}, ordinary kept clean {clean:.1%}"
 
     sure = [r for r in mine if reader[r.case.id]["sure"]]
+
     def read(r: Row) -> str:
         return str(reader[r.case.id]["reader"])
 
