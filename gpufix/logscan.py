@@ -37,7 +37,9 @@ _ANSI = compile_pattern(
 )
 _PREFIX_RE = (
     r"(?:[\w.-]+: )?"  # pdsh/DeepSpeed host label
-    r"(?:\[(?:rank|default)(?P<rank>\d+)\]:|(?P<slurm>\d{1,5}): |\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:)"
+    r"(?:\[(?:rank|default)(?P<rank>\d+)\]:|(?P<slurm>\d{1,5}): |\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:"
+    # Ray's worker prefix, no rank in it: "(RayTrainWorker pid=2871, ip=10.0.0.2)", "(pid=2871)", "(raylet)"
+    r"|\((?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, [a-z_]+=[^)\n]*)*\)|\(raylet(?:, ip=[\w.:-]+)?\))"
 )
 _PREFIX = compile_pattern("^" + _PREFIX_RE + r"[ \t]?")
 _EXCEPTION = compile_pattern(
@@ -48,7 +50,11 @@ _EXCEPTION = compile_pattern(
     # that inner type is the failure, and it is recorded as the exception's type
     r"(?:\((?P<inner>(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault))\))?"
     r"(?:[ \t]*$|:(?P<message>[^\n]*)$)"
-    r"|(?P<chain>During handling of the above exception|The above exception was the direct cause))"
+    r"|(?P<chain>During handling of the above exception|The above exception was the direct cause)"
+    # IPython/Jupyter put the type in the traceback's header, "OutOfMemoryError      Traceback (most recent
+    # call last)": a paste from a notebook is often cut before the "OutOfMemoryError: ..." line at its end
+    r"|(?P<ipython>(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault))"
+    r"[ \t]{2,}Traceback \(most recent call last\)[ \t]*$)"
 )
 # Lines that end an exception message's continuation.
 _MESSAGE_STOP = compile_pattern(
@@ -63,7 +69,7 @@ def split_prefix(line: bytes) -> tuple[bytes, int | None]:
     if not match:
         return line, None
     rank = match.group(b"rank") or match.group(b"slurm") or match.group(b"mpi")
-    return line[match.end():], int(rank)
+    return line[match.end():], int(rank) if rank else None
 
 
 def _clip(text: str, start: int) -> str:
@@ -208,6 +214,24 @@ def _spawn_report(type_name: str, message: str) -> bool:
             and type_name.rsplit(".", 1)[-1] in ("Exception", "ProcessRaisedException"))
 
 
+def _drop_answered_headers(into: Any, headers: list[int]) -> None:
+    """Remove IPython header records whose exception's own `Type: message` line follows (the same
+    exception twice), renumbering the causes of the records after them."""
+    records = into.exceptions
+    drop = {i for i in headers if any(r.type == records[i].type and r.message for r in records[i + 1:])}
+    if not drop:
+        return
+    new_index = {old: old - sum(1 for d in drop if d < old) for old in range(len(records)) if old not in drop}
+
+    def renumbered(record: ExceptionRecord) -> ExceptionRecord:
+        if record.cause is None or record.cause < 0:  # none, or before this range (the fast scanner's mark)
+            return record
+        return record._replace(cause=new_index.get(record.cause))
+
+    records[:] = [renumbered(r) for i, r in enumerate(records) if i not in drop]
+    into.exception_count -= len(drop)
+
+
 def scan_exceptions(block: _Block, into: Any, cause_before: int | None = None) -> None:
     """Add a block's exceptions to `into` (anything with `exceptions` and `exception_count`).
 
@@ -217,9 +241,18 @@ def scan_exceptions(block: _Block, into: Any, cause_before: int | None = None) -
     """
     data = block.data
     chained = False
+    headers: set[int] = set()  # IPython header records, dropped when their exception's own line follows
     for match in _EXCEPTION.finditer(data):
         if match.group(b"chain"):
             chained = True
+            continue
+        header = match.group(b"ipython")
+        if header:
+            into.exception_count += 1
+            if len(into.exceptions) < MAX_EXCEPTIONS_KEPT:
+                headers.add(len(into.exceptions))
+                into.exceptions.append(ExceptionRecord(header.decode("ascii", "replace"), "",
+                                                       block.line_ref(match.start()), None))
             continue
         into.exception_count += 1
         if len(into.exceptions) >= MAX_EXCEPTIONS_KEPT:
@@ -229,9 +262,12 @@ def scan_exceptions(block: _Block, into: Any, cause_before: int | None = None) -
         # torch.multiprocessing.spawn's "\n\n-- Process 2 terminated with the following error:"
         opens_later = not message and data[match.start():match.end()].rstrip().endswith(b":")
         message = "\n".join([message, *LogScanner._continuation(data, match.end(), 2 if opens_later else 0)]).strip()
-        cause = (len(into.exceptions) - 1 if into.exceptions else cause_before) if chained else None
+        previous = next((i for i in range(len(into.exceptions) - 1, -1, -1) if i not in headers), None)
+        cause = (previous if previous is not None else cause_before) if chained else None
         chained = False
         type_name = (match.group(b"inner") or match.group(b"type")).decode("ascii", "replace")
         if _spawn_report(type_name, message):
             continue  # mp.spawn's report of another process's exception, which follows it (unless the paste is cut)
         into.exceptions.append(ExceptionRecord(type_name, message, block.line_ref(match.start()), cause))
+    if headers:
+        _drop_answered_headers(into, sorted(headers))

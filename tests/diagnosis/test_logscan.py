@@ -117,6 +117,36 @@ def test_ray_wrapped_exception_is_read_as_the_type_the_task_raised() -> None:
     assert ev.exceptions[0].message.startswith("ray::_Inner.train()")
 
 
+def test_a_notebook_traceback_header_is_an_exception_when_its_last_line_was_not_pasted() -> None:
+    """IPython names the type in the header ("OutOfMemoryError    Traceback (most recent call last)");
+    pasted without its `Type: message` line, the header is the only record of the exception."""
+    ev = scan(b"-" * 75 + b"\nOutOfMemoryError                          Traceback (most recent call last)\n"
+              b"Cell In [57], line 10\n---> 10 pred = net(batch)\n")
+    assert [(e.type, e.message, e.ref.line) for e in ev.exceptions] == [("OutOfMemoryError", "", 2)]
+    assert ev.exception_count == 1
+
+
+def test_a_notebook_header_with_its_last_line_is_one_exception_and_chains_stay_right() -> None:
+    ev = scan(b"KeyError                                  Traceback (most recent call last)\n"
+              b"----> 2 x = d['a']\nKeyError: 'a'\n\n"
+              b"During handling of the above exception, another exception occurred:\n\n"
+              b"RuntimeError                              Traceback (most recent call last)\n"
+              b"----> 4 y = f(x)\nRuntimeError: boom\n")
+    assert [(e.type, e.message, e.cause) for e in ev.exceptions] == [("KeyError", "'a'", None), ("RuntimeError", "boom", 0)]
+    assert ev.exception_count == 2
+
+
+def test_ray_worker_prefixes_are_removed_before_exceptions_are_read() -> None:
+    """Ray prefixes every line a worker prints ("(RayTrainWorker pid=2871, ip=10.0.0.2) KeyError: ..."):
+    the exception behind it is the worker's, with no rank named."""
+    ev = scan(b"(RayTrainWorker pid=2871, ip=10.0.0.2) KeyError: 'labels'\n"
+              b"(pid=311) RuntimeError: boom [repeated 3x across cluster]\n"
+              b"(raylet, ip=10.0.0.3) A worker died or was killed while executing a task\n")
+    assert [(e.type, e.ref.rank) for e in ev.exceptions] == [("KeyError", None), ("RuntimeError", None)]
+    assert split_prefix(b"(WorkerDict pid=62240) After sync model weights") == (b"After sync model weights", None)
+    assert split_prefix(b"(see pid=12 below) not a prefix") == (b"(see pid=12 below) not a prefix", None)
+
+
 def test_a_pattern_set_too_big_for_re2_falls_back_to_searching_each_pattern(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """RE2 refuses a set whose DFA exceeds its memory budget; big inputs must still be searched."""
     import re2
