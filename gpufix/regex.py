@@ -12,6 +12,7 @@ USER_SET_MAX_MEM (`set_budget_error`); the loader refuses a rule that does not, 
 from __future__ import annotations
 
 import functools
+import re
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ def pattern_error(pattern: str) -> str | None:
     """Why `pattern` is not acceptable as a rule regex, or None when it is.
 
     RE2 rejects lookaround, backreferences and possessive/atomic groups; a leading `^` is
-    rejected too because log lines carry rank and timestamp prefixes.
+    rejected too because log lines carry rank and timestamp prefixes, and a group name used twice
+    because RE2 fills it only at its first place.
     """
     try:
         compile_pattern(pattern)
@@ -67,7 +69,18 @@ def pattern_error(pattern: str) -> str | None:
             "regex starts with '^': log lines carry rank/timestamp prefixes "
             "([rank3]:, [E516 07:03:29 ...]), so patterns are searched anywhere in a line"
         )
+    names = _GROUP_NAME.findall(pattern)
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        return (
+            f"regex names group {', '.join(repr(n) for n in twice)} more than once: RE2 fills a name only "
+            "at its first place, so the field stays empty when another alternative matched; write one "
+            "`line:` item per alternative instead"
+        )
     return None
+
+
+_GROUP_NAME = re.compile(r"(?<!\\)\(\?P<(\w+)>")  # a named group, not an escaped parenthesis
 
 
 def group_names(pattern: str) -> list[str]:

@@ -62,6 +62,8 @@ def test_valid_rule_has_no_problems(tmp_path: Path) -> None:
         ("widget (?P<widget>\\w+) failed", "widget (?=x)failed", 10, "does not compile under RE2"),
         ("widget (?P<widget>\\w+) failed", "widget (a)\\1 failed", 10, "does not compile under RE2"),
         ("widget (?P<widget>\\w+) failed", "^widget failed", 10, "starts with '^'"),
+        ("widget (?P<widget>\\w+) failed", "widget (?:(?P<widget>\\d+)|id (?P<widget>\\w+)) failed", 10,
+         "names group 'widget' more than once"),
         ("widget (?P<widget>\\w+) failed", "widget ([ failed", 10, "does not compile"),
         ("Widget {widget} failed", "Widget {gadget} failed", 11, "unknown field {gadget}"),
         ("title: Restart widget {widget}", "title: Restart {wdget}", 15, "did you mean 'widget'"),
