@@ -4,8 +4,8 @@ Reads the real-world corpus in fixtures/corpus (README there: sources, labels, t
 when it is there, the shared development corpus ../shared/corpus. For each part it prints top-1 per
 category for gpufix and for a fixed-order keyword search side by side, the confusion matrix, the
 share of ordinary errors kept clean (no GPU diagnosis), and the GPU top-1 margin over keywords; then
-the same two scores on the batches sampled in search order (`rep*`), and, where the corpus has its
-audit file, an expert's text-only reading of a random validation sample beside gpufix on the same cases.
+the same two scores on the batches sampled in search order (`rep*`), and, for each audit file the corpus
+has, an expert's text-only reading of a random validation sample beside gpufix on the same cases.
 
 Rules are tuned on the development part only: `-v` lists the development part's misses, never the
 validation part's (`--show-validation-misses` exists for the final report, not for tuning).
@@ -105,7 +105,10 @@ def reading(rows: list[Row], audit: Path) -> None:
     def read(r: Row) -> str:
         return str(reader[r.case.id]["reader"])
 
-    print(f"  text-only reading, {len(mine)} random validation cases: reader {shares(mine, read)};"
+    # text-only-reading.yaml drew from the whole validation part, text-only-reading-<batches>.yaml from those batches
+    drawn = audit.stem.removeprefix("text-only-reading").lstrip("-")
+    of = f" of {drawn}" if drawn else ""
+    print(f"  text-only reading, {len(mine)} random validation cases{of}: reader {shares(mine, read)};"
           f" gpufix {shares(mine, lambda r: r.predicted)}")
     print(f"    on the {len(sure)} the reader found settled by the text: reader {shares(sure, read)};"
           f" gpufix {shares(sure, lambda r: r.predicted)}")
@@ -127,8 +130,8 @@ def main(argv: list[str]) -> int:
         if not dev_only:
             report("validation part (never tuned on)", [r for r in rows if r.case.part == "val"], show_val)
         representative(rows if not dev_only else [r for r in rows if r.case.part == "dev"])
-        if not dev_only and (folder / "audits" / "text-only-reading.yaml").is_file():
-            reading(rows, folder / "audits" / "text-only-reading.yaml")
+        for audit in [] if dev_only else sorted((folder / "audits").glob("text-only-reading*.yaml"), key=lambda a: (a.stem != "text-only-reading", a.name)):
+            reading(rows, audit)
     if not [a for a in argv if not a.startswith("-")] and (SHARED / "labels.yaml").is_file():
         rows = evaluate(load_corpus(SHARED), pack)
         report(f"shared development corpus {SHARED}", rows, True)
