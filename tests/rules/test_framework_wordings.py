@@ -1,0 +1,166 @@
+"""The frameworks' own wordings, one per line, land in the right category end to end.
+
+Each rule's examples test that rule alone; this table tests which finding wins for a message a user
+pastes on its own, across the pack (a generic rule outranking the family that knows the words, as
+KRN016 once did for CUDA_ERROR_OUT_OF_MEMORY). The messages are the programs' templates as PyTorch,
+TensorFlow, JAX, NCCL, CUDA and the data loaders print them, with made-up numbers and paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufix.diagnosis import diagnose_inputs
+from gpufix.rules.loader import load_ruleset
+
+WORDINGS: list[tuple[str, str]] = [
+    ('oom', 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 3.06 MiB is free.'),
+    ('oom', 'RuntimeError: CUDA error: out of memory'),
+    ('oom', 'tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[32,64,224,224] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc'),
+    ('oom', 'jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.'),
+    ('oom', 'RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED'),
+    ('oom', 'RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`'),
+    ('oom', '2023-01-01 10:00:00.000000: W tensorflow/core/common_runtime/bfc_allocator.cc:479] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.17GiB (rounded to 1258291200)requested by op Conv2D'),
+    ('oom', 'torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 14.75 GiB total capacity; 12.20 GiB already allocated; 1.03 GiB free; 12.45 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.'),
+    ('oom', "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:121, unhandled cuda error, NCCL version 2.14.3 ncclUnhandledCudaError: Call to CUDA function failed. Last error: Cuda failure 'out of memory'"),
+    ('oom', 'CUDA_ERROR_OUT_OF_MEMORY: out of memory'),
+    ('cpu_fallback', 'UserWarning: CUDA initialization: CUDA driver initialization failed, you might not have a CUDA gpu.'),
+    ('arch_mismatch', 'RuntimeError: CUDA error: no kernel image is available for execution on the device'),
+    ('arch_mismatch', 'NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation. The current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.'),
+    ('arch_mismatch', 'RuntimeError: CUDA error: invalid device function'),
+    ('arch_mismatch', 'cudaErrorNoKernelImageForDevice'),
+    ('arch_mismatch', 'RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.'),
+    ('arch_mismatch', 'Found GPU0 GeForce GT 730 which is of cuda capability 3.5. PyTorch no longer supports this GPU because it is too old. The minimum cuda capability supported by this library is 3.7.'),
+    ('arch_mismatch', 'RuntimeError: FlashAttention only supports Ampere GPUs or newer.'),
+    ('arch_mismatch', "ptxas fatal   : Value 'sm_89' is not defined for option 'gpu-name'"),
+    ('arch_mismatch', "nvcc fatal   : Unsupported gpu architecture 'compute_89'"),
+    ('arch_mismatch', 'RuntimeError: CUDA error: CUBLAS_STATUS_ARCH_MISMATCH when calling `cublasGemmEx(...)`'),
+    ('arch_mismatch', "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: ptxas exited with non-zero error code 65280, output: ptxas fatal   : Value 'sm_90a' is not defined for option 'gpu-name'"),
+    ('arch_mismatch', 'tensorflow/core/common_runtime/gpu/gpu_device.cc:1934] Ignoring visible gpu device (device: 0, name: Tesla K40c, pci bus id: 0000:03:00.0, compute capability: 3.5) with Cuda compute capability 3.5. The minimum required Cuda capability is 6.0.'),
+    ('arch_mismatch', 'Triton Error [CUDA]: device kernel image is invalid'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: an illegal memory access was encountered'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: device-side assert triggered'),
+    ('illegal_memory_access', '../aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: misaligned address'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: an illegal instruction was encountered'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`'),
+    ('illegal_memory_access', 'RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmStridedBatchedExFix( handle, opa, opb, m, n, k, (void*)(&falpha), a, CUDA_R_16F, lda, stridea, b, CUDA_R_16F, ldb, strideb, (void*)(&fbeta), c, CUDA_R_16F, ldc, stridec, num_batches, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`'),
+    ('illegal_memory_access', 'Error: an illegal memory access was encountered'),
+    ('illegal_memory_access', 'CUDA error 700 [/src/kernel.cu, 88]: an illegal memory access was encountered'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: too many resources requested for launch'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: the launch timed out and was terminated'),
+    ('illegal_memory_access', '/pytorch/aten/src/THC/THCTensorIndex.cu:361: void indexSelectLargeIndex(...): block: [95,0,0], thread: [64,0,0] Assertion `srcIndex < srcSelectDimSize` failed.'),
+    ('illegal_memory_access', 'RuntimeError: CUDA error: operation not permitted when stream is capturing'),
+    ('illegal_memory_access', 'jaxlib.xla_extension.XlaRuntimeError: INTERNAL: CUDA error: : CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered'),
+    ('hardware_xid', 'NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.'),
+    ('hardware_xid', 'RuntimeError: CUDA error: uncorrectable ECC error encountered'),
+    ('hardware_xid', 'Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error'),
+    ('hardware_xid', 'NVRM: GPU at PCI:0000:1a:00: GPU-1234 has fallen off the bus.'),
+    ('hardware_xid', 'NVRM: Xid (PCI:0000:18:00): 48, pid=2211, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 1, subpartition 0.'),
+    ('device_mismatch', 'RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!'),
+    ('device_mismatch', 'RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same'),
+    ('device_mismatch', "RuntimeError: Expected object of device type cuda but got device type cpu for argument #1 'self' in call to _th_mm"),
+    ('device_mismatch', "RuntimeError: Expected tensor for argument #1 'input' to have the same device as tensor for argument #2 'weight'; but device 1 does not equal 0 (while checking arguments for cudnn_convolution)"),
+    ('device_mismatch', "RuntimeError: Tensor for 'out' is on CPU, Tensor for argument #1 'self' is on CPU, but expected them to be on GPU (while checking arguments for addmm)"),
+    ('device_mismatch', 'RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)'),
+    ('device_mismatch', "TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."),
+    ('device_mismatch', "RuntimeError: Expected a 'cuda' device type for generator but found 'cpu'"),
+    ('device_mismatch', 'RuntimeError: Input and hidden tensors are not at the same device, found input tensor at cuda:0 and hidden tensor at cpu'),
+    ('device_mismatch', 'RuntimeError: Expected all tensors to be on the same device, but got mat2 is on cuda:1, different from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_mm)'),
+    ('nccl_hang', 'RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8'),
+    ('nccl_hang', 'torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:219, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3'),
+    ('nccl_hang', 'ncclInternalError: Internal check failed.'),
+    ('nccl_hang', 'node-1:3312:3390 [0] NCCL WARN Connect to 10.0.0.2<43210> failed : Connection refused'),
+    ('nccl_hang', 'node-1:3312:3390 [0] NCCL WARN Net : Connection closed by remote peer 10.0.0.3<51234>'),
+    ('nccl_hang', 'node-1:3312:3390 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<53152> with error 12, opcode 32543, len 0, vendor err 129'),
+    ('nccl_hang', 'node-1:3312:3390 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.1.1.1<44231> failed : Software caused connection abort'),
+    ('nccl_hang', "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer"),
+    ('nccl_hang', 'torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError'),
+    ('nccl_hang', 'RuntimeError: Timed out initializing process group in store based barrier on rank: 3, for key: store_based_barrier_key:1 (world_size=4, worker_count=2, timeout=0:30:00)'),
+    ('nccl_hang', 'RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use). The server socket has failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in use).'),
+    ('nccl_hang', '[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-0]:29500 (errno: 110 - Connection timed out).'),
+    ('nccl_hang', 'node-1:3312:3390 [0] NCCL WARN Call to ibv_reg_mr failed'),
+    ('nccl_hang', 'RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(OpType=ALLREDUCE, TensorShape=[12], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))), but Rank 1 is running collective: CollectiveFingerPrint(OpType=BROADCAST).'),
+    ('nccl_hang', "[rank0]:[E ProcessGroupNCCL.cpp:1182] [PG 0 Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives. This typically indicates a NCCL/CUDA API hang blocking the watchdog, and could be triggered by another thread holding the GIL inside a CUDA api, or other deadlock-prone behaviors."),
+    ('nccl_hang', 'RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.'),
+    ('nccl_hang', 'RuntimeError: Socket Timeout'),
+    ('nccl_hang', 'torch.distributed.DistNetworkError: Connection reset by peer'),
+    ('nccl_hang', 'RuntimeError: NCCL communicator was aborted on rank 1.'),
+    ('nccl_hang', 'horovod.common.exceptions.HorovodInternalError: Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was caused by an exception, you should see the exception in the log before the first shutdown message.'),
+    ('nccl_hang', 'jaxlib.xla_extension.XlaRuntimeError: INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:297: NCCL operation ncclCommInitRank(&comm, nranks, *nccl_id, rank) failed: unhandled cuda error'),
+    ('nccl_hang', 'tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: Socket closed'),
+    ('nccl_hang', 'node-2:1244:1301 [3] NCCL WARN Error : ring 0 does not loop back to start (1 != 0)'),
+    ('nccl_hang', "torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
+    ('nccl_hang', 'RuntimeError: Stop_waiting response is expected'),
+    ('nccl_hang', 'NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 3d000'),
+    ('nccl_hang', 'torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.'),
+    ('nccl_hang', '[E socket.cpp:922] [c10d] The client socket has timed out after 900s while trying to connect to (10.0.0.1, 29500).'),
+    ('nccl_hang', "RuntimeError: Distributed package doesn't have NCCL built in"),
+    ('nccl_hang', 'RuntimeError: NCCL Error 2: unhandled system error'),
+    ('slow_loader', 'RuntimeError: DataLoader worker (pid(s) 8823, 8824) exited unexpectedly'),
+    ('slow_loader', 'RuntimeError: DataLoader worker (pid 8823) is killed by signal: Killed.'),
+    ('slow_loader', 'RuntimeError: DataLoader worker (pid 4412) exited unexpectedly with exit code 1. Details are lost due to multiprocessing. Rerunning with num_workers=0 may give better error trace.'),
+    ('slow_loader', 'RuntimeError: DataLoader timed out after 120 seconds'),
+    ('slow_loader', "RuntimeError: Too many open files. Communication with the workers is no longer possible. Please increase the limit using `ulimit -n` in the shell or change the sharing strategy by calling `torch.multiprocessing.set_sharing_strategy('file_system')` at the beginning of your code"),
+    ('slow_loader', 'RuntimeError: unable to open shared memory object </torch_2231_2417538361_0> in read-write mode: Too many open files (24)'),
+    ('slow_loader', 'RuntimeError: unable to write to file </torch_18692_1954506624>: No space left on device (28)'),
+    ('slow_loader', 'ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).'),
+    ('slow_loader', 'ERROR: Unexpected segmentation fault encountered in worker.'),
+    ('slow_loader', 'RuntimeError: received 0 items of ancdata'),
+    ('slow_loader', 'RuntimeError: Pin memory thread exited unexpectedly'),
+    ('slow_loader', 'RuntimeError: unable to mmap 1024 bytes from file </torch_1123_3512_0>: Cannot allocate memory (12)'),
+    ('slow_loader', 'RuntimeError: Shared memory manager connection has timed out'),
+    ('slow_loader', 'OSError: [Errno 24] Too many open files'),
+    ('slow_loader', "RuntimeError: DataLoader worker (pid 311) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit."),
+    ('slow_loader', 'RuntimeError: DataLoader worker (pid 5520) is killed by signal: Segmentation fault.'),
+    ('slow_loader', 'RuntimeError: DataLoader worker (pid(s) 1234) exited unexpectedly'),
+    ('nan_loss', 'NaN or Inf found in input tensor.'),
+    ('nan_loss', 'tensorflow.python.framework.errors_impl.InvalidArgumentError: Nan in summary histogram for: conv1/weights_0'),
+    ('nan_loss', 'epoch 3 | iter 1200 | ppl: nan | lr 0.0003'),
+    ('nan_loss', 'Epoch 12: kl: nan, recon: 0.4412, total: nan'),
+    ('nan_loss', 'NaN detected in loss at step 5120'),
+    ('nan_loss', 'Encountered NaN loss at step 300, skipping'),
+    ('nan_loss', '| epoch 004:   1200 / 5000 loss=nan, nll_loss=nan, ppl=nan, wps=12330, ups=3, wpb=4096, bsz=128, num_updates=16200, lr=0.0005, gnorm=nan, clip=100, train_wall=512'),
+    ('nan_loss', 'Epoch [5/100], Step [200/600], Loss: nan'),
+    ('nan_loss', '2023-05-01 10:00:00 | INFO | train | epoch 001 | loss nan | ppl nan | wps 4521'),
+    ('nan_loss', 'Train Epoch: 3 [12800/60000 (21%)]\tLoss: nan'),
+    ('nan_loss', 'iter 1500: loss nan, time 112.33ms, mfu 38.21%'),
+    ('nan_loss', 'step 400 | loss: nan | lr: 6.0e-04'),
+    ('nan_loss', '[Epoch 7/200] [Batch 55/938] [D loss: nan] [G loss: nan]'),
+    ('nan_loss', 'Epoch 3/10  d_loss: nan  g_loss: nan'),
+    ('nan_loss', "WARNING: non-finite loss, ending training  tensor([nan, nan, nan, nan], device='cuda:0')"),
+    ('nan_loss', 'FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding. Try lowering the learning rate, using gradient clipping or increasing the batch size.'),
+    ('nan_loss', 'Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.'),
+    ('nan_loss', 'the loss becomes nan after 3 epochs'),
+    ('nan_loss', 'Validation: acc=0.1000 loss=nan'),
+    ('nan_loss', ' Epoch   gpu_mem       box       obj       cls     total    labels  img_size\\n     5/299     3.21G       nan       nan       nan       nan        40       640'),
+    ('nan_loss', 'Loss: inf'),
+    ('nan_loss', 'avg_loss = nan'),
+    ('nan_loss', "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output."),
+    ('other', 'Your input ran out of data; interrupting training. Make sure that your dataset or generator can generate at least `steps_per_epoch * epochs` batches (in this case, 5000 batches). You may need to use the repeat() function when building your dataset.'),
+    ('other', "AttributeError: Can't pickle local object 'get_transform.<locals>.<lambda>'"),
+    ('other', "TypeError: default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found <class 'PIL.Image.Image'>"),
+    ('other', 'RuntimeError: stack expects each tensor to be equal size, but got [3, 224, 224] at entry 0 and [3, 224, 300] at entry 3'),
+    ('other', 'FileNotFoundError: Caught FileNotFoundError in DataLoader worker process 0.'),
+    ('other', 'RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This error indicates that your module has parameters that were not used in producing loss.'),
+    ('other', 'Starting training: best_val_loss = inf'),
+    ('other', 'RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same'),
+    ('other', 'RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to allocate 34359738368 bytes.'),
+]
+
+
+@pytest.fixture(scope="module")
+def pack():  # type: ignore[no-untyped-def]
+    return load_ruleset()
+
+
+@pytest.mark.parametrize(("category", "text"), WORDINGS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(WORDINGS)])
+def test_a_framework_wording_alone_gets_its_category(pack, tmp_path: Path, category: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "pasted.txt"
+    log.write_text(text.replace("\\n", "\n") + "\n", encoding="utf-8")
+    findings = diagnose_inputs([str(log)], pack).findings
+    got = findings[0].category if findings and findings[0].category != "not_gpu" else "other"
+    assert got == category, (findings[0].code if findings else "no finding", text)
