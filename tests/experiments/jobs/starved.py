@@ -15,6 +15,9 @@ class SlowDataset(Dataset):
 
 
 if __name__ == "__main__":
+    # one intra-op thread: a tiny step, and on a busy 2-core CI box spinning worker threads would slow the step
+    # (and shrink the loader-bound ratio the test measures) for reasons that have nothing to do with the loader
+    torch.set_num_threads(1)
     loader = DataLoader(SlowDataset(), batch_size=8, num_workers=0)
     model = torch.nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
