@@ -210,6 +210,18 @@ def keys_unpaired(missing: str, unexpected: str) -> str | None:
     return "yes"
 
 
+MIN_KEYS_TO_JUDGE = 4  # fewer keys on a side: a pasted fragment, too little to call the lists unrelated
+
+
+def keys_unexplained(missing: str, unexpected: str) -> str | None:
+    """'yes' when both printed key lists hold at least MIN_KEYS_TO_JUDGE keys and no renaming of
+    prefixes explains most of them (a key or two may pair by chance: "model.norm.weight" and
+    "norm.weight" in two different layouts of one architecture); None otherwise."""
+    if len(set(_keys(missing))) < MIN_KEYS_TO_JUDGE or len(set(_keys(unexpected))) < MIN_KEYS_TO_JUDGE:
+        return None
+    return None if renaming(missing, unexpected) else "yes"
+
+
 def wrapper_prefix(missing: str, unexpected: str) -> str | None:
     """The wrapper prefix by which the checkpoint's (unexpected) keys differ from the model's
     (missing) keys: "module." or, for a swapped one, "model. -> module."; None when they do not pair."""
@@ -239,7 +251,7 @@ def same_head(key: str, other: str) -> str | None:
     return "yes" if key.strip().split(".", 1)[0] == other.strip().split(".", 1)[0] else "no"
 
 
-_FUNCTIONS = {"prefix_between": prefix_between, "keys_unpaired": keys_unpaired,
+_FUNCTIONS = {"prefix_between": prefix_between, "keys_unpaired": keys_unpaired, "keys_unexplained": keys_unexplained,
               "wrapper_prefix": wrapper_prefix, "prefix_side": prefix_side, "same_head": same_head}
 _CALL = re.compile(r"^\s*(?P<f>[a-z_]+)\(\s*(?P<a>[a-z_][a-z0-9_]*)\s*,\s*(?P<b>[a-z_][a-z0-9_]*)\s*\)\s*$")
 

@@ -103,6 +103,19 @@ def test_other_layers_do_not_pair_up() -> None:
     assert keys_unpaired('"fc.weight"', '"classifier.weight"') is None
 
 
+def test_lists_that_pair_only_by_chance_are_unexplained() -> None:
+    """Two layouts of one architecture (Meta's LLaMA names against Hugging Face's) share a key or two
+    behind a prefix ("model.norm.weight" / "norm.weight"); no prefix explains most keys."""
+    from gpufix.conditions import keys_unexplained, keys_unpaired
+
+    hf = '"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.up_proj.weight", "model.norm.weight", "lm_head.weight"'
+    meta = '"tok_embeddings.weight", "layers.0.attention.wq.weight", "layers.0.feed_forward.w3.weight", "norm.weight", "output.weight"'
+    assert keys_unpaired(hf, meta) is None  # one key pairs
+    assert keys_unexplained(hf, meta) == "yes"
+    assert keys_unexplained(KEYS, _prefixed("module.")) is None  # a wrapper's prefix explains them all
+    assert keys_unexplained('"model.fc.weight", "model.fc.bias"', '"head.weight", "head.bias"') is None  # too few to judge
+
+
 def test_derive_functions_and_their_validation() -> None:
     from gpufix import conditions
 
