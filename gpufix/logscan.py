@@ -8,8 +8,10 @@ processed and dropped, a line longer than a block is scanned in pieces, and only
 Messy logs are normalised on the block before matching: ANSI colour codes removed, CRLF turned
 into LF, carriage-return progress updates split into segments (line numbers still count only
 real newlines, so they agree with an editor). Rank prefixes (`[rank3]:`, `[default0]:`, Slurm's
-`3: `) are read for the evidence; patterns are searched anywhere in a line, so they do not care.
-A pattern may span a terminal-wrapped line by using `\\s+` between words.
+`3: `) are read for the evidence, and Ray's worker prefixes (`(RayTrainWorker pid=2871, ip=...)`)
+taken off; patterns are searched anywhere in a line, so they do not care. Exceptions are read at the
+start of a line, after such a prefix, and from a notebook traceback's header line when the paste
+lacks the exception's own line. A pattern may span a terminal-wrapped line by using `\\s+` between words.
 """
 
 from __future__ import annotations
