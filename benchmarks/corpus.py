@@ -130,7 +130,9 @@ def main(argv: list[str]) -> int:
         if not dev_only:
             report("validation part (never tuned on)", [r for r in rows if r.case.part == "val"], show_val)
         representative(rows if not dev_only else [r for r in rows if r.case.part == "dev"])
-        for audit in [] if dev_only else sorted((folder / "audits").glob("text-only-reading*.yaml"), key=lambda a: (a.stem != "text-only-reading", a.name)):
+        audits = [] if dev_only else sorted((folder / "audits").glob("text-only-reading*.yaml"),
+                                            key=lambda a: (a.stem != "text-only-reading", a.name))  # the first first
+        for audit in audits:
             reading(rows, audit)
     if not [a for a in argv if not a.startswith("-")] and (SHARED / "labels.yaml").is_file():
         rows = evaluate(load_corpus(SHARED), pack)

@@ -53,6 +53,9 @@ def compile_pattern(pattern: str, ignore_case: bool = False) -> Regex:
         raise ValueError(str(reason)) from None
 
 
+_GROUP_NAME = re.compile(r"(?<!\\)\(\?P<(\w+)>")  # a named group, not an escaped parenthesis
+
+
 def pattern_error(pattern: str) -> str | None:
     """Why `pattern` is not acceptable as a rule regex, or None when it is.
 
@@ -78,9 +81,6 @@ def pattern_error(pattern: str) -> str | None:
             "`line:` item per alternative instead"
         )
     return None
-
-
-_GROUP_NAME = re.compile(r"(?<!\\)\(\?P<(\w+)>")  # a named group, not an escaped parenthesis
 
 
 def group_names(pattern: str) -> list[str]:

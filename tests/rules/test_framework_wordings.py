@@ -193,3 +193,20 @@ def test_a_framework_wording_alone_gets_its_category(pack, tmp_path: Path, categ
     findings = diagnose_inputs([str(log)], pack).findings
     got = findings[0].category if findings and findings[0].category != "not_gpu" else "other"
     assert got == category, (findings[0].code if findings else "no finding", text)
+
+
+def test_memory_advice_follows_the_program_that_ran_out(pack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """GPU PhysX (Isaac Gym / Isaac Lab) allocates the simulator's buffers for all environments: the advice is
+    fewer environments, not a network's batch size or mixed precision, which stays the advice elsewhere."""
+    def titles(text: str) -> list[str]:
+        log = tmp_path / "pasted.txt"
+        log.write_text(text + "\n", encoding="utf-8")
+        root = diagnose_inputs([str(log)], pack).findings[0]
+        assert root.category == "oom", root.code
+        return [fix.title for fix in root.fixes]
+
+    physx = titles("[Error] [carb.gym.plugin] PxgCudaDeviceMemoryAllocator fail to allocate memory 339738624 bytes!! Result = 2")
+    assert any("fewer environments" in t for t in physx)
+    assert not any("batch size" in t or "mixed precision" in t for t in physx)
+    other = titles("RESOURCE_EXHAUSTED: out of memory while trying to allocate 1.2GiB on the GPU")
+    assert any("batch size" in t for t in other) and not any("fewer environments" in t for t in other)
