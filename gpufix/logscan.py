@@ -9,8 +9,9 @@ Messy logs are normalised on the block before matching: ANSI colour codes remove
 into LF, carriage-return progress updates split into segments (line numbers still count only
 real newlines, so they agree with an editor). Rank prefixes (`[rank3]:`, `[default0]:`, Slurm's
 `3: `) are read for the evidence, and Ray's worker prefixes (`(RayTrainWorker pid=2871, ip=...)`)
-taken off; patterns are searched anywhere in a line, so they do not care. Exceptions are read at the
-start of a line, after such a prefix, and from a notebook traceback's header line when the paste
+taken off, as are the timestamp, level and logger fields of logging formats and log collectors and the
+"> " of a quoted paste; patterns are searched anywhere in a line, so they do not care. Exceptions are read
+at the start of a line, after such prefixes, and from a notebook traceback's header line when the paste
 lacks the exception's own line. A pattern may span a terminal-wrapped line by using `\\s+` between words.
 """
 
@@ -37,15 +38,29 @@ MESSAGE_CONTINUATION_LINES = 4
 _ANSI = compile_pattern(
     r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]"
 )
-_PREFIX_RE = (
+_RANK_PREFIX_RE = (
     r"(?:[\w.-]+: )?"  # pdsh/DeepSpeed host label
     r"(?:\[(?:rank|default)(?P<rank>\d+)\]:|(?P<slurm>\d{1,5}): |\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:"
     # Ray's worker prefix, no rank in it: "(RayTrainWorker pid=2871, ip=10.0.0.2)", "(pid=2871)", "(raylet)"
     r"|\((?:[A-Za-z_][\w.:-]* )?pid=\d+(?:, [a-z_]+=[^)\n]*)*\)|\(raylet(?:, ip=[\w.:-]+)?\))"
 )
-_PREFIX = compile_pattern("^" + _PREFIX_RE + r"[ \t]?")
+# What a log collector or a logging call puts before a program's own line: a timestamp (ISO, bracketed or
+# not; Kubernetes' RFC 3339) with the level, logger and location fields logging formats add ("2024-03-01
+# 12:30:05,123 - root - ERROR - ", "[2024-03-01 12:30:05,123] [ERROR] [train.py:12:main] ", loguru's
+# "... | ERROR    | train:main:12 - "); Python's default "ERROR:root:"; glog's "E0302 12:30:05.123456 4242
+# file.cc:12] "; and the "> " of a quoted paste. An exception logged under such a prefix is still read.
+_LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_LOG_PREFIX_RE = (
+    r"(?:\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?(?:[ \t]*[-|:])?[ \t]+"
+    r"(?:\[[^\]\n]{1,80}\](?:[ \t]*[-|])?[ \t]+|" + _LEVEL + r"\b[ \t]*(?:[-|:][ \t]+)?|[\w.:<>-]{1,80}[ \t]+[-|][ \t]+){0,4}"
+    r"|" + _LEVEL + r":[\w.<>-]*:"
+    r"|[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+[ \t]+\d+[ \t]+[\w./-]+:\d+\][ \t]"
+    r"|(?:>[ \t])+)"
+)
+_PREFIX_RE = r"(?:" + _LOG_PREFIX_RE + r"[ \t]*)?(?:" + _RANK_PREFIX_RE + r")?"
+_PREFIX = compile_pattern("^(?:" + _LOG_PREFIX_RE + r"[ \t]*)?(?:" + _RANK_PREFIX_RE + r"[ \t]?)?")
 _EXCEPTION = compile_pattern(
-    r"^(?:" + _PREFIX_RE + r")?[ \t]*"
+    r"^" + _PREFIX_RE + r"[ \t]*"
     # A bare `Exception: msg` counts (raise Exception(...)); a bare `Error:` is too common in logs.
     r"(?:(?P<type>(?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Fault)|Exception))"
     # Ray names the exception a remote task raised in parentheses, "ray.exceptions.RayTaskError(DistBackendError): ray::...":
@@ -68,7 +83,7 @@ _MESSAGE_STOP = compile_pattern(
 def split_prefix(line: bytes) -> tuple[bytes, int | None]:
     """Remove a rank/host prefix from one line; return the rest and the rank it named."""
     match = _PREFIX.match(line)
-    if not match:
+    if not match or not match.end():
         return line, None
     rank = match.group(b"rank") or match.group(b"slurm") or match.group(b"mpi")
     return line[match.end():], int(rank) if rank else None

@@ -147,6 +147,29 @@ def test_ray_worker_prefixes_are_removed_before_exceptions_are_read() -> None:
     assert split_prefix(b"(see pid=12 below) not a prefix") == (b"(see pid=12 below) not a prefix", None)
 
 
+def test_log_collector_and_logging_prefixes_are_removed_before_exceptions_are_read() -> None:
+    """An exception logged with a timestamp, level and logger in front (Python logging, loguru, DeepSpeed's
+    bracketed fields, Kubernetes timestamps, glog) or quoted with "> " is still the program's exception."""
+    ev = scan(b"2024-03-01 12:30:05,123 - root - ERROR - RuntimeError: one\n"
+              b"[2024-03-01 12:30:05,123] [ERROR] [train.py:12:main] KeyError: 'two'\n"
+              b"2024-03-01 12:30:05.123 | ERROR    | train:main:12 - ValueError: three\n"
+              b"ERROR:__main__:OSError: four\n"
+              b"E0302 12:30:05.123456 4242 trainer.cc:12] TypeError: five\n"
+              b"> > IndexError: six\n"
+              b"2024-03-01T12:30:05.123456789Z [rank3]: AssertionError: seven\n")
+    assert [(e.type, e.message, e.ref.rank) for e in ev.exceptions] == [
+        ("RuntimeError", "one", None), ("KeyError", "'two'", None), ("ValueError", "three", None),
+        ("OSError", "four", None), ("TypeError", "five", None), ("IndexError", "six", None),
+        ("AssertionError", "seven", 3)]
+    # what is not such a prefix stays: indentation, a REPL prompt, a TensorFlow C++ location after the timestamp
+    assert split_prefix(b'  File "x.py", line 3') == (b'  File "x.py", line 3', None)
+    assert split_prefix(b">>> import torch") == (b">>> import torch", None)
+    assert split_prefix(b"2024-03-01 12:30:05.123456: W tensorflow/core/kernels/op.cc:17] failed")[0] == (
+        b"W tensorflow/core/kernels/op.cc:17] failed")
+    # prose that mentions an exception after a timestamp is not read as one
+    assert not scan(b"2024-03-01 12:30:05 INFO: retrying after a RuntimeError: no\n").exceptions
+
+
 def test_a_pattern_set_too_big_for_re2_falls_back_to_searching_each_pattern(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """RE2 refuses a set whose DFA exceeds its memory budget; big inputs must still be searched."""
     import re2
