@@ -180,7 +180,7 @@ WORDINGS: list[tuple[str, str]] = [
     ('other', 'RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to allocate 34359738368 bytes.'),
     # added 2026-12-02 (eighth session), from rep22-25's development parts and wording inventories
     ('cpu_fallback', 'RuntimeError: cuda runtime error (3) : initialization error at /opt/conda/conda-bld/pytorch_1544174967633/work/aten/src/THC/THCGeneral.cpp:51'),
-    ('cpu_fallback', "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method"),
+    ('other', "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method"),
     ('cpu_fallback', 'RuntimeError: torch.cuda.FloatTensor is not enabled.'),
     ('cpu_fallback', "AttributeError: module 'torch._C' has no attribute '_cuda_getDevice'"),
     ('cpu_fallback', 'Internal error. Requested ReadyEvent with GPU device but not compiled with CUDA.'),
@@ -215,6 +215,13 @@ WORDINGS: list[tuple[str, str]] = [
     ('other', '2019-11-04 13:52:47.201583: E tensorflow/stream_executor/cuda/cuda_driver.cc:890] failed to alloc 34357641216 bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory'),
     ('other', 'W tensorflow/core/common_runtime/base_collective_executor.cc:217] BaseCollectiveExecutor::StartAbort Out of range: End of sequence'),
     ('other', "Exception ignored in: <_io.TextIOWrapper name='<stdout>' mode='w' encoding='utf-8'>\\nBrokenPipeError: [Errno 32] Broken pipe"),
+    ('cpu_fallback', 'Hardware accelerator e.g. GPU is available in the environment, but no `device` argument is passed to the `Pipeline` object. Model will be on CPU.'),
+    ('cpu_fallback', 'RuntimeError: Found 0 GPUs on your machine (GPU devices found: [])! If your machine does not have any GPUs, you should set the config keys `num_gpus` and `num_gpus_per_worker` to 0.'),
+    ('cpu_fallback', "AttributeError: 'NoneType' object has no attribute 'cadam32bit_grad_fp32'"),
+    ('state_dict_prefix', "There were missing keys in the checkpoint model loaded: ['roberta.embeddings.word_embeddings.weight', 'classifier.out_proj.weight'].\\nThere were unexpected keys in the checkpoint model loaded: ['module.roberta.embeddings.word_embeddings.weight', 'module.classifier.out_proj.weight']."),
+    ('state_dict_prefix', 'RuntimeError: Missing key in checkpoint state_dict: model._orig_mod.tok_embeddings.weight.'),
+    ('slow_loader', 'RuntimeError: One of the subprocesses has abruptly died during map operation.To debug the error, disable multiprocessing.'),
+    ('nccl_hang', 'gpu-node-03:40112:40309 [5] transport/net_ib.cc:1423 NCCL WARN NET/IB : req 0/1 tag 7 peer 10.10.1.14<53812> collective mismatch error, local size 1048576 remote size 524288'),
 ]
 
 
