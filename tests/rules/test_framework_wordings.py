@@ -222,6 +222,13 @@ WORDINGS: list[tuple[str, str]] = [
     ('state_dict_prefix', 'RuntimeError: Missing key in checkpoint state_dict: model._orig_mod.tok_embeddings.weight.'),
     ('slow_loader', 'RuntimeError: One of the subprocesses has abruptly died during map operation.To debug the error, disable multiprocessing.'),
     ('nccl_hang', 'gpu-node-03:40112:40309 [5] transport/net_ib.cc:1423 NCCL WARN NET/IB : req 0/1 tag 7 peer 10.10.1.14<53812> collective mismatch error, local size 1048576 remote size 524288'),
+    ('nan_loss', 'epoch,accuracy,loss,val_accuracy,val_loss\\n0,0.8312,0.5123,0.8901,0.3312\\n1,0.1012,nan,0.0980,nan'),
+    ('nan_loss', ' validation loss at iteration 1000 | lm loss value: NAN | lm loss PPL: 4.851652E+08 | '),
+    ('arch_mismatch', "ptxas /tmp/tmpq1w_3u8z.ptx, line 217; error   : Feature 'cvt.bf16.f32' requires .target sm_80 or higher"),
+    ('arch_mismatch', 'RuntimeError: Current CUDA Device does not support bfloat16. Please switch dtype to float16.'),
+    ('hardware_xid', "Detected 12 CRC FLIT NvLink errors on GPU 3's NVLink which exceeds threshold of 100"),
+    ('oom', 'Got an OOM, unloading all loaded models.'),
+    ('other', 'AMP: checks failed ❌. Anomalies were detected with AMP on your system that may lead to NaN losses or zero-mAP results, so AMP will be disabled during training.'),
 ]
 
 
