@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpufix.diagnosis import STDIN, diagnose_inputs
-from gpufix.rules.corpus import OTHER, load_corpus
+from gpufix.rules.corpus import OTHER, load_corpus, predict_text
 from gpufix.rules.loader import load_ruleset
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
@@ -68,8 +68,7 @@ def diagnose(text: str, ruleset: object):  # type: ignore[no-untyped-def]
 
 
 def category(text: str, ruleset: object) -> str:
-    root = diagnose(text, ruleset).root
-    return root.category if root and root.category != "not_gpu" else OTHER
+    return predict_text(text, ruleset)[0]
 
 
 def main(argv: list[str]) -> int:

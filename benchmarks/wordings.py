@@ -10,15 +10,13 @@ Run: python benchmarks/wordings.py [-v]
 
 from __future__ import annotations
 
-import io
 import sys
 from collections import Counter
 from pathlib import Path
 
 import yaml
 
-from gpufix.diagnosis import STDIN, diagnose_inputs
-from gpufix.rules.corpus import OTHER
+from gpufix.rules.corpus import OTHER, predict_text
 from gpufix.rules.loader import load_ruleset
 
 FOLDER = Path(__file__).resolve().parent.parent / "fixtures" / "wordings"
@@ -33,14 +31,13 @@ def main(argv: list[str]) -> int:
         hits = 0
         for entry in entries:
             text, want = str(entry["text"]), str(entry["category"])
-            root = diagnose_inputs([STDIN], ruleset, stdin=io.BytesIO(text.encode("utf-8"))).root  # type: ignore[arg-type]
-            got = root.category if root and root.category != "not_gpu" else OTHER
+            got, code = predict_text(text, ruleset)
             total[want] += 1
             if got == want:
                 agree[want] += 1
                 hits += 1
             elif verbose:
-                print(f"    {path.stem:<18} want {want:<22} got {got:<22} {root.code if root else '-':<7}"
+                print(f"    {path.stem:<18} want {want:<22} got {got:<22} {code:<7}"
                       f" [{entry.get('sure')}] {text[:140]!r}")
         print(f"  {path.stem:<22}{hits:>5} of {len(entries):<5}{hits / len(entries):>7.1%}")
     print(f"  {'category':<22}")

@@ -82,17 +82,33 @@ def keyword_baseline(text: str) -> str:
     return OTHER
 
 
+def predicted(diagnosis: object) -> tuple[str, str]:
+    """(category, rule code) a diagnosis names as root cause: `other` and "-" when it has none, `other` for a
+    `not_gpu` root (the corpus's label for ordinary errors)."""
+    root = diagnosis.root  # type: ignore[attr-defined]
+    if root is None:
+        return OTHER, "-"
+    return (OTHER if root.category == "not_gpu" else root.category), root.code
+
+
+def predict_text(text: str, ruleset: object) -> tuple[str, str]:
+    """`predicted` for a pasted text (what `gpufix explain` reads from stdin)."""
+    import io
+
+    from gpufix.diagnosis import STDIN, diagnose_inputs
+
+    return predicted(diagnose_inputs([STDIN], ruleset, stdin=io.BytesIO(text.encode("utf-8"))))  # type: ignore[arg-type]
+
+
 def evaluate(cases: list[Case], ruleset: object) -> list[Row]:
     """Diagnose every case with `ruleset` (and the keyword baseline)."""
     from gpufix.diagnosis import diagnose_inputs
 
     rows = []
     for case in cases:
-        findings = diagnose_inputs([str(case.path)], ruleset).findings  # type: ignore[arg-type]
-        root = findings[0] if findings else None
-        predicted = root.category if root and root.category != "not_gpu" else OTHER
+        category, code = predicted(diagnose_inputs([str(case.path)], ruleset))  # type: ignore[arg-type]
         text = case.path.read_bytes().decode("utf-8", "replace")
-        rows.append(Row(case, predicted, root.code if root else "-", keyword_baseline(text)))
+        rows.append(Row(case, category, code, keyword_baseline(text)))
     return rows
 
 
