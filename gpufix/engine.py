@@ -15,7 +15,7 @@ from gpufix.evidence import Evidence, ExceptionRecord, LineRef
 from gpufix.findings import Finding, RenderedFix
 from gpufix.redact import redact_text
 from gpufix.regex import compile_pattern, decode_groups, may_match
-from gpufix.rules.model import Group, Leaf, Rule, RuleSet, pattern_key
+from gpufix.rules.model import Group, Leaf, Rule, RuleSet, pattern_key, series_key
 
 MAX_EVIDENCE_SHOWN = 8
 
@@ -258,7 +258,8 @@ def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[
     findings: dict[str, Finding] = {}
     # Only the rules that can match: one of their lines occurred, or an exception record has the literals
     # one of their exception matchers requires (RuleSet.candidates).
-    hit_lines = {index for index, hits in evidence.hits.items() if hits}
+    hit_lines: set[int | str] = {index for index, hits in evidence.hits.items() if hits}
+    hit_lines.update(series_key(name) for name, samples in evidence.series.items() if samples)
     for rule in ruleset.candidates(hit_lines, evidence.exceptions):
         if rule.fallback or rule.status == "deprecated":
             continue

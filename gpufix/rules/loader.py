@@ -23,7 +23,8 @@ from gpufix import __version__
 from gpufix.errors import RuleError
 from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, LazyRuleSet, Rule, RuleSet, lazy_index, pattern_key
 
-SCHEMA_VERSION = 9  # 9: the lean cache holds the index LazyRuleSet reads (line patterns, what each rule needs)
+SCHEMA_VERSION = 10  # 9: the lean cache holds the index LazyRuleSet reads (line patterns, what each rule needs);
+# 10: a series condition needs its series (series_key), so measured rules are skipped for a pasted log
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")

@@ -302,7 +302,7 @@ class RuleSet:
         lenders = [self.by_code[code] for code in sorted(borrowed) if code in self.by_code]
         return RuleSet(rules, self.notes, self.literals, lenders)
 
-    def candidates(self, hit_lines: set[int], exceptions: list[Any]) -> Iterator[Rule]:
+    def candidates(self, hit_lines: set[int | str], exceptions: list[Any]) -> Iterator[Rule]:
         """The rules, in order, that can match evidence where the line patterns `hit_lines` occurred and
         these exception records were read (see `needs`): the others cannot, and are not even built."""
         if self._needs is None:
@@ -316,19 +316,28 @@ class RuleSet:
 
 
 # What a rule needs in the evidence to match (a necessary condition, never a guess): one of `lines`
-# occurred, or an exception record passes the required literals of one (type pattern, message pattern)
-# pair of its exception matchers (pattern_key strings, None for "any"). None: always evaluated.
-Need = tuple  # (frozenset[int], tuple[tuple[str | None, str | None], ...])
+# occurred (a line pattern's index, or `series_key(name)` for a measured series that has samples), or an
+# exception record passes the required literals of one (type pattern, message pattern) pair of its
+# exception matchers (pattern_key strings, None for "any"). None: always evaluated.
+Need = tuple  # (frozenset[int | str], tuple[tuple[str | None, str | None], ...])
+
+
+def series_key(name: str) -> str:
+    """What `needs` puts among a rule's lines for a series condition: present when the series has samples
+    (a series with none never matches, so a pasted log skips every measured rule)."""
+    return "series:" + name
 
 
 def needs(rule: Rule, line_index: dict[tuple[str, bool], int]) -> Need | None:
-    """What the rule needs (above); None for a rule with series or vocabulary matchers, or one that
-    could hold on evidence with none of its matchers (a group of exclusions alone)."""
-    if any(leaf.series is not None or leaf.vocabulary for leaf in rule.match.leaves()):
+    """What the rule needs (above); None for a rule with vocabulary matchers, or one that could hold on
+    evidence with none of its matchers (a group of exclusions alone)."""
+    if any(leaf.vocabulary for leaf in rule.match.leaves()):
         return None
 
     def need(node: Node) -> Need | None:
         if isinstance(node, Leaf):
+            if node.series is not None:
+                return frozenset([series_key(node.series.series)]), ()
             if node.line is not None:
                 return frozenset([line_index[(node.line, node.ignore_case)]]), ()
             return frozenset(), ((node.exception and pattern_key(node.exception, node.ignore_case),
@@ -353,7 +362,7 @@ def needs(rule: Rule, line_index: dict[tuple[str, bool], int]) -> Need | None:
     return need(rule.match)
 
 
-def _can_match(need: Need | None, hit_lines: set[int], exceptions: list[Any], literals: dict[str, Any]) -> bool:
+def _can_match(need: Need | None, hit_lines: set[int | str], exceptions: list[Any], literals: dict[str, Any]) -> bool:
     if need is None:
         return True
     lines, pairs = need
@@ -424,7 +433,7 @@ def lazy_index(ruleset: RuleSet) -> dict[str, Any]:
     each rule needs (`needs`), as plain lists for the marshalled cache."""
     out = [needs(rule, ruleset._line_index) for rule in ruleset.rules]
     return {"line_patterns": [list(key) for key in ruleset.line_patterns],
-            "rule_needs": [None if need is None else [sorted(need[0]), [list(pair) for pair in need[1]]]
+            "rule_needs": [None if need is None else [sorted(need[0], key=str), [list(pair) for pair in need[1]]]
                            for need in out]}
 
 

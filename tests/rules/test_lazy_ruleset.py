@@ -55,7 +55,7 @@ def test_a_traceback_builds_only_the_rules_that_can_match() -> None:
 def test_what_a_rule_needs_is_a_necessary_condition_never_a_guess() -> None:
     from gpufix.evidence import ExceptionRecord, LineRef
     from gpufix.rules.literals import required_literals
-    from gpufix.rules.model import Rule, needs, pattern_key
+    from gpufix.rules.model import Rule, needs, pattern_key, series_key
 
     base = {"code": "USR001", "name": "x", "title": "t", "category": "oom", "severity": "error",
             "confidence": "low", "status": "preview", "message": ["m"], "explanation": "e", "fixes": []}
@@ -72,7 +72,8 @@ def test_what_a_rule_needs_is_a_necessary_condition_never_a_guess() -> None:
         rule("USR003", {"any": [{"line": "AA"}, {"all": [{"line": "BB"}, {"line": "CC"}]}], "none": [{"line": "DD"}]}),
         # a line or an exception whose type and message have the patterns' literals
         rule("USR004", {"any": [{"line": "AA"}, {"exception": "KeyError", "message": "no such layer"}]}),
-        # a series condition: always evaluated (its "not evaluated" note must not be lost)
+        # a series condition needs its series to have samples: a pasted log (no telemetry) skips the rule, and a
+        # series with a few samples still gets the rule evaluated (its "not evaluated" note must not be lost)
         rule("USR005", {"all": [{"series": "gpu.memory_used_mib", "agg": "max", "window": "all", "op": "<",
                                  "value": 600, "per": "none", "min_samples": 30}]}),
     ]
@@ -83,15 +84,17 @@ def test_what_a_rule_needs_is_a_necessary_condition_never_a_guess() -> None:
     aa, bb = index[("AA", False)], index[("BB", False)]
     pair = (pattern_key("KeyError", False), pattern_key("no such layer", False))
     assert [needs(r, index) for r in rules] == [
-        None, (frozenset([aa]), ()), (frozenset([aa, bb]), ()), (frozenset([aa]), (pair,)), None]
+        None, (frozenset([aa]), ()), (frozenset([aa, bb]), ()), (frozenset([aa]), (pair,)),
+        (frozenset([series_key("gpu.memory_used_mib")]), ())]
 
     def record(type_: str, message: str) -> ExceptionRecord:
         return ExceptionRecord(type_, message, LineRef("log", 1, f"{type_}: {message}"))
 
-    def codes(lines: set[int], exceptions: list[ExceptionRecord]) -> list[str]:
+    def codes(lines: set[int | str], exceptions: list[ExceptionRecord]) -> list[str]:
         return [r.code for r in pack.candidates(lines, exceptions)]
 
-    assert codes(set(), []) == ["USR001", "USR005"]
-    assert codes({bb}, []) == ["USR001", "USR003", "USR005"]
-    assert codes(set(), [record("KeyError", "'fc.weight'")]) == ["USR001", "USR005"]
-    assert codes(set(), [record("KeyError", "no such layer: fc")]) == ["USR001", "USR004", "USR005"]
+    assert codes(set(), []) == ["USR001"]
+    assert codes({series_key("gpu.memory_used_mib")}, []) == ["USR001", "USR005"]
+    assert codes({bb}, []) == ["USR001", "USR003"]
+    assert codes(set(), [record("KeyError", "'fc.weight'")]) == ["USR001"]
+    assert codes(set(), [record("KeyError", "no such layer: fc")]) == ["USR001", "USR004"]
