@@ -231,6 +231,7 @@ WORDINGS: list[tuple[str, str]] = [
     ('oom', 'Got an OOM, unloading all loaded models.'),
     ('nan_loss', 'RuntimeError: grad_scale is too small, exiting: 5.820766091346741e-11'),
     ('cpu_fallback', 'AssertionError: CPU training is not allowed.'),
+    ('arch_mismatch', "ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0"),
     ('other', 'AMP: checks failed ❌. Anomalies were detected with AMP on your system that may lead to NaN losses or zero-mAP results, so AMP will be disabled during training.'),
     ('cpu_fallback', "WARNING: /workspace/src/context.cc:196: Device is changed from GPU to CPU as we couldn't find any available GPU on the system."),
     ('cpu_fallback', "AttributeError: module 'faiss' has no attribute 'StandardGpuResources'"),
@@ -274,11 +275,11 @@ def test_memory_advice_follows_the_program_that_ran_out(pack, tmp_path: Path) ->
     assert any("batch size" in t for t in other) and not any("fewer environments" in t for t in other)
 
 
-# fixtures/wordings: 2613 wordings written from knowledge of the libraries (README there). Not every entry can agree:
+# fixtures/wordings: 2886 wordings written from knowledge of the libraries (README there). Not every entry can agree:
 # some are label calls the corpus settles otherwise. The floor is what was measured (92.5% of the first 1674 when they
 # were written, 2026-12-02; 91.5% of 2142 after the sixth round, which scored 79.7% before rules learnt its settled
-# wordings; the seventh round scored 89.8% as written) less a little; a change that loses known wordings fails here.
-INVENTORY_AGREEMENT = 0.91
+# wordings; the seventh round scored 89.8% as written, the eighth 93.0%; 92.0% of 2886 after both were learnt) less a little; a change that loses known wordings fails here.
+INVENTORY_AGREEMENT = 0.915
 
 
 def test_known_wordings_keep_their_categories(pack) -> None:  # type: ignore[no-untyped-def]
