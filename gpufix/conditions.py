@@ -243,6 +243,13 @@ def prefix_side(missing: str, unexpected: str) -> str | None:
     return "both" if pair[0] and pair[1] else "checkpoint" if pair[1] else "model"
 
 
+def single_side(missing: str, unexpected: str) -> str | None:
+    """`checkpoint` or `model`: the one side whose keys carry the extra prefix; None when the lists do not
+    pair or when one prefix is swapped for another (a message can then not say "the checkpoint names...")."""
+    side = prefix_side(missing, unexpected)
+    return side if side in ("checkpoint", "model") else None
+
+
 def same_head(key: str, other: str) -> str | None:
     """'yes' when two parameter names start with the same attribute ("conv1.weight", "conv1.bias"),
     else 'no': after a wrapper's prefix is taken off, the checkpoint's first key must name the layer
@@ -252,7 +259,8 @@ def same_head(key: str, other: str) -> str | None:
 
 
 _FUNCTIONS = {"prefix_between": prefix_between, "keys_unpaired": keys_unpaired, "keys_unexplained": keys_unexplained,
-              "wrapper_prefix": wrapper_prefix, "prefix_side": prefix_side, "same_head": same_head}
+              "wrapper_prefix": wrapper_prefix, "prefix_side": prefix_side, "single_side": single_side,
+              "same_head": same_head}
 _CALL = re.compile(r"^\s*(?P<f>[a-z_]+)\(\s*(?P<a>[a-z_][a-z0-9_]*)\s*,\s*(?P<b>[a-z_][a-z0-9_]*)\s*\)\s*$")
 
 

@@ -74,13 +74,16 @@ def _prefixed(prefix: str) -> str:
 
 
 def test_key_lists_that_differ_by_a_wrapper_prefix_pair_up() -> None:
-    from gpufix.conditions import keys_unpaired, prefix_side, renaming, wrapper_prefix
+    from gpufix.conditions import keys_unpaired, prefix_side, renaming, single_side, wrapper_prefix
 
     assert renaming(KEYS, _prefixed("module.")) == ("", "module.")  # a DataParallel checkpoint
     assert renaming(_prefixed("_orig_mod."), KEYS) == ("_orig_mod.", "")  # a compiled model
     assert renaming(_prefixed("model."), _prefixed("module.")) == ("model.", "module.")  # swapped
     assert wrapper_prefix(KEYS, _prefixed("module.")) == "module." and prefix_side(KEYS, _prefixed("module.")) == "checkpoint"
     assert prefix_side(_prefixed("model."), _prefixed("module.")) == "both"
+    # the side a message can name ("the checkpoint names every key..."): none for a swapped prefix
+    assert single_side(KEYS, _prefixed("module.")) == "checkpoint" and single_side(_prefixed("_orig_mod."), KEYS) == "model"
+    assert single_side(_prefixed("model."), _prefixed("module.")) is None
     assert keys_unpaired(KEYS, _prefixed("module.")) is None
     # bare, comma-separated (mmcv) and Python-list ('...') forms are read too
     assert renaming("conv1.weight, bn1.weight, bn1.bias", "backbone.conv1.weight, backbone.bn1.weight") == ("", "backbone.")
