@@ -17,6 +17,7 @@ Run: python benchmarks/corpus.py [-v] [--dev-only] [--show-validation-misses] [C
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -55,6 +56,16 @@ def matrix(rows: list[Row], baseline: bool = False) -> None:
         print(f"  {SHORT.get(label, label):<18}{cells}")
 
 
+def interval(share: float, cases: int, z: float = 1.96) -> str:
+    """Wilson's 95% interval of a share measured on `cases` cases: how far apart two figures must be to differ
+    (on about 1,700 GPU failures a point either way is within the noise of which threads were sampled)."""
+    if not cases:
+        return ""
+    centre = (share + z * z / (2 * cases)) / (1 + z * z / cases)
+    half = z * math.sqrt(share * (1 - share) / cases + z * z / (4 * cases * cases)) / (1 + z * z / cases)
+    return f"(95% interval {centre - half:.1%}-{centre + half:.1%})"
+
+
 def report(name: str, rows: list[Row], misses: bool) -> None:
     s = score(rows)
     print(f"\n== {name}: {len(rows)} cases ({s.gpu_cases} GPU failures, {s.ordinary_cases} ordinary errors)")
@@ -62,9 +73,10 @@ def report(name: str, rows: list[Row], misses: bool) -> None:
     print("  confusion (rows: label, columns: gpufix's root cause):")
     matrix(rows)
     print(f"  GPU top-1            gpufix {s.gpu_top1:6.1%}   keywords {s.baseline_gpu_top1:6.1%}   "
-          f"margin {100 * (s.gpu_top1 - s.baseline_gpu_top1):+.1f} points")
+          f"margin {100 * (s.gpu_top1 - s.baseline_gpu_top1):+.1f} points   {interval(s.gpu_top1, s.gpu_cases)}")
     print(f"  ordinary kept clean  gpufix {s.ordinary_clean:6.1%}   keywords {s.baseline_ordinary_clean:6.1%}"
-          f"   (false GPU diagnoses: {round(s.ordinary_cases * (1 - s.ordinary_clean))} of {s.ordinary_cases})")
+          f"   (false GPU diagnoses: {round(s.ordinary_cases * (1 - s.ordinary_clean))} of {s.ordinary_cases})"
+          f"   {interval(s.ordinary_clean, s.ordinary_cases)}")
     if misses:
         for r in rows:
             if r.predicted != r.case.label:
