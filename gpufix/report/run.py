@@ -37,7 +37,9 @@ def render_compact(findings: list[Finding], sources: list[str], notes: list[str]
     s = _Style(color)
     interrupted = how_it_ended.startswith("interrupted")
     if how_it_ended == "exit status 0":
-        headline = f"gpufix: the job succeeded, but its measurements show a problem ({how_it_ended})."
+        # a job that succeeded is reported when what it printed (a NaN loss, "Using cpu device") or what
+        # was measured shows a problem
+        headline = f"gpufix: the job succeeded, but its output or measurements show a problem ({how_it_ended})."
     elif interrupted:
         headline = f"gpufix: the job was {how_it_ended}."
     else:

@@ -153,7 +153,7 @@ def test_gpufix_run_diagnoses_the_silent_skips_with_their_numbers(amp_jobs) -> N
     assert result.returncode == 0  # the job itself succeeded
     assert b"final loss" in result.stdout
     stderr = result.stderr.decode()
-    assert "gpufix: the job succeeded, but its measurements show a problem" in stderr
+    assert "gpufix: the job succeeded, but its output or measurements show a problem" in stderr
     [finding] = doc["findings"]
     assert finding["code"] == "NUM009"
     assert "GradScaler skipped 120 of 120 optimizer steps on rank 0 (100%)" in finding["message"]

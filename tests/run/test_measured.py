@@ -36,7 +36,7 @@ def run_script(name: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[b
 def test_measured_problem_is_diagnosed_with_its_numbers(tmp_path: Path, script: str, code: str, words: bytes) -> None:
     result, doc = run_script(script, tmp_path)
     assert result.returncode == 0  # the job itself succeeded; gpufix keeps its status
-    assert b"gpufix: the job succeeded, but its measurements show a problem" in result.stderr
+    assert b"gpufix: the job succeeded, but its output or measurements show a problem" in result.stderr
     assert code.encode() in result.stderr and words in result.stderr, result.stderr.decode()[-2000:]
     assert doc["findings"][0]["code"] == code
 
