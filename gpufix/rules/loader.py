@@ -13,6 +13,7 @@ from __future__ import annotations
 import marshal
 import os
 import sys
+import time
 import zlib
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
@@ -119,9 +120,13 @@ def load_ruleset(
     cache_dir = _cache_dir()
     if use_cache:
         try:
-            with open(os.path.join(cache_dir, name + (".full" if full else ".lean")), "rb") as f:
+            cache_file = os.path.join(cache_dir, name + (".full" if full else ".lean"))
+            with open(cache_file, "rb") as f:
                 cached = marshal.loads(f.read())  # 5x faster than marshal.load(f)
+                used_long_ago = time.time() - os.fstat(f.fileno()).st_mtime > CACHE_TOUCH_AFTER_S
             if cached["key"] == key:
+                if used_long_ago:  # mark it in use, so that pruning (prune_cache) keeps the packs people run
+                    _touch(cache_file)
                 if full:
                     return _build(cached["entries"], cached["literals"], cached["notes"])
                 return _lazy(cached["entries"], cached["literals"], cached["notes"], cached["index"])
@@ -142,7 +147,40 @@ def load_ruleset(
                      {"key": key, "entries": lean, "literals": literals, "notes": notes, "index": lazy_index(ruleset)})
         _write_cache(os.path.join(cache_dir, name + ".full"),
                      {"key": key, "entries": entries, "literals": literals, "notes": notes})
+        prune_cache(cache_dir)
     return ruleset
+
+
+# A cache read is marked as a use (its mtime set) at most this often: pruning keeps the recently used
+CACHE_TOUCH_AFTER_S = 3600
+
+
+def _touch(path: str) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # a read-only cache: it may be pruned and rebuilt later, nothing worse
+
+
+# Rule sets whose caches are kept: every edit of a rule file (a user writing rules, an upgrade) makes a new pair of
+# about 2 MB, and a stale pair is never read again; the most recently written few cover the packs in use.
+CACHE_SETS_KEPT = 8
+
+
+def prune_cache(cache_dir: str, keep: int = CACHE_SETS_KEPT) -> None:
+    """Remove all but the `keep` most recently written or used rule caches (each a .lean/.full pair) in `cache_dir`."""
+    try:
+        names = [n for n in os.listdir(cache_dir) if n.startswith("rules-") and n.endswith((".lean", ".full"))]
+        written: dict[str, float] = {}
+        for n in names:
+            stem = n.rsplit(".", 1)[0]
+            written[stem] = max(written.get(stem, 0.0), os.stat(os.path.join(cache_dir, n)).st_mtime)
+        stale = sorted(written, key=written.__getitem__, reverse=True)[keep:]
+        for n in names:
+            if n.rsplit(".", 1)[0] in stale:
+                os.remove(os.path.join(cache_dir, n))
+    except OSError:
+        pass  # another process pruned or wrote at the same time, or the folder is read-only: try next time
 
 
 # Keys a diagnosis never reads; the lean cache leaves them out.

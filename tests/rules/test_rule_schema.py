@@ -166,6 +166,36 @@ def test_cache_is_invalidated_when_a_rule_file_changes(tmp_path: Path) -> None:
     assert load_ruleset([str(user)]).get("TST001").title == "Widget breakdown!"
 
 
+def test_old_rule_caches_are_pruned_and_the_current_one_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from gpufix.rules.loader import CACHE_DIR_ENV, CACHE_SETS_KEPT
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv(CACHE_DIR_ENV, str(cache))
+    for i in range(CACHE_SETS_KEPT + 4):  # caches of rule sets edited long ago, a pair each
+        for suffix in (".lean", ".full"):
+            stale = cache / f"rules-{i:08x}{suffix}"
+            stale.write_bytes(b"old")
+            os.utime(stale, (1_000_000 + i, 1_000_000 + i))
+    (cache / "unrelated.txt").write_text("not ours")
+    user = tmp_path / "user"
+    user.mkdir()
+    write(user, VALID)
+    assert load_ruleset([str(user)]).get("TST001")
+    stems = {p.name.rsplit(".", 1)[0] for p in cache.glob("rules-*")}
+    assert len(stems) == CACHE_SETS_KEPT  # the new pair and the most recent stale ones
+    assert "rules-00000000" not in stems and f"rules-{CACHE_SETS_KEPT + 3:08x}" in stems
+    assert (cache / "unrelated.txt").exists()
+    assert load_ruleset([str(user)]).get("TST001").title == "Widget failure"  # the kept cache still serves
+    # a pack read again after long is marked in use, so that other packs' new caches do not push it out
+    [lean] = [p for p in cache.glob("rules-*.lean") if p.stat().st_mtime > 2_000_000]
+    os.utime(lean, (1_000_000, 1_000_000))
+    assert load_ruleset([str(user)]).get("TST001")
+    assert lean.stat().st_mtime > 2_000_000
+
+
 def test_rules_check_cli_prints_path_line_and_exits_2(tmp_path: Path) -> None:
     write(tmp_path, VALID.replace("falsepositives:", "falsepositive:"))
     result = run_gpufix("rules", "check", str(tmp_path))
