@@ -8,11 +8,12 @@ TensorFlow, JAX, NCCL, CUDA and the data loaders print them, with made-up number
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
-from gpufix.diagnosis import diagnose_inputs
+from gpufix.diagnosis import STDIN, diagnose_inputs
 from gpufix.rules.corpus import predict_text
 from gpufix.rules.loader import load_ruleset
 
@@ -256,6 +257,36 @@ def pack():  # type: ignore[no-untyped-def]
 def test_a_framework_wording_alone_gets_its_category(pack, category: str, text: str) -> None:  # type: ignore[no-untyped-def]
     got, code = predict_text(text.replace("\\n", "\n") + "\n", pack)
     assert got == category, (code, text)
+
+
+def test_an_unknown_cuda_error_yields_to_another_categorys_family(pack) -> None:  # type: ignore[no-untyped-def]
+    # KRN016 reads any CUDA error no rule knows as a kernel fault; when the same log says in a family's words that the
+    # driver could not even be loaded, that family names the root cause and the unknown error is its consequence
+    text = ("RuntimeError: Unable to initialize the CUDA driver: could not load libcuda\n"
+            "cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_NOT_FOUND: named symbol not found\n")
+    findings = diagnose_inputs([STDIN], pack, stdin=io.BytesIO(text.encode())).findings
+    root = [f for f in findings if f.consequence_of is None]
+    assert [f.code for f in root] == ["ENV900"], [(f.code, f.consequence_of) for f in findings]
+    assert any(f.code == "KRN016" and f.consequence_of == "ENV900" for f in findings)
+
+
+def test_a_swapped_wrapper_prefix_is_worded_as_one(pack) -> None:  # type: ignore[no-untyped-def]
+    # one wrapper's name saved where another's is expected (a DQN's target net loaded into its online net): no
+    # single side has "the extra prefix", so the message must not say "the both names every key..."
+    keys = ["conv1.weight", "bn1.weight", "bn1.bias", "layer1.0.conv1.weight"]
+    text = ("RuntimeError: Error(s) in loading state_dict for Net:\n"
+            "\tMissing key(s) in state_dict: " + ", ".join(f'"online_net.{k}"' for k in keys) + ".\n"
+            "\tUnexpected key(s) in state_dict: " + ", ".join(f'"target_net.{k}"' for k in keys) + ".\n")
+    findings = diagnose_inputs([STDIN], pack, stdin=io.BytesIO(text.encode())).findings
+    [ckp] = [f for f in findings if f.code == "CKP010"]
+    assert "different wrapper prefixes: target_net. (the model has online_net.)" in ckp.message, ckp.message
+    assert "the both" not in ckp.message
+    # the same with DataParallel's "module." saved where a Lightning module's "model." is expected: not "a checkpoint
+    # from DDP that the model expects without a prefix" (CKP001), the model has a prefix of its own
+    swapped = text.replace("online_net.", "model.").replace("target_net.", "module.")
+    findings = diagnose_inputs([STDIN], pack, stdin=io.BytesIO(swapped.encode())).findings
+    [root] = [f for f in findings if f.consequence_of is None]
+    assert root.code == "CKP010" and "module. (the model has model.)" in root.message, root.message
 
 
 def test_memory_advice_follows_the_program_that_ran_out(pack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
