@@ -96,7 +96,9 @@ def may_match(required: Any, text: str, lowered: str | None = None) -> bool:
         return True
     folded, factors = required
     haystack = (lowered if lowered is not None else text.lower()) if folded else text
-    return all(any(literal in haystack for literal in factor) for factor in factors)
+    # a literal is a string, or a tuple whose parts must all be there (one alternative that needs several words)
+    return all(any(literal in haystack if literal.__class__ is not tuple else all(part in haystack for part in literal)
+                   for literal in factor) for factor in factors)
 
 
 class PatternSet:

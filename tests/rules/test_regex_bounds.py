@@ -187,3 +187,19 @@ def test_required_literals_keep_several_factors_and_every_one_must_be_there() ->
     assert folded == (True, [["baz"], ["qux"], ["bar", "foo"]])
     assert may_match(folded, "FOOBAZ QUX") and not may_match(folded, "foobaz quux")
     assert may_match(None, "anything")  # no literal proven: always tried
+
+
+def test_an_alternative_that_needs_several_words_requires_them_together() -> None:
+    """One branch of a `|` that needs two words is a conjunction: a text with only its commoner word (a CUDA
+    traceback always says "cuda") rules it out, a text with both keeps it, and the other branch still counts."""
+    from gpufix.regex import compile_pattern, may_match
+    from gpufix.rules.literals import required_literals
+
+    pattern = r"\bcuda\b[^\n]{0,30}?\brequested\b|Torch\s+not\s+compiled"
+    required = required_literals(pattern, ignore_case=True)
+    assert required == (True, [[("compiled", "torch"), ("requested", "cuda")]])
+    for text, expected in (("CUDA device was requested but", True), ("Torch not compiled with CUDA", True),
+                           ("RuntimeError: CUDA error: device-side assert triggered", False),
+                           ("the requested size is invalid", False)):
+        assert may_match(required, text.lower()) is expected
+        assert bool(compile_pattern(pattern, True).search(text.encode())) is expected
