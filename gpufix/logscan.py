@@ -138,6 +138,17 @@ class _Block:
         return tuple(refs)
 
 
+# Which framework printed a log, for fix advice that fits it (a TensorFlow log is not told to check `torch`): the words
+# its module paths and messages carry. A log that names none of them, or several, gets no `framework` fact.
+FRAMEWORK_MARKERS = (("pytorch", b"torch"), ("tensorflow", b"tensorflow"), ("jax", b"jax"), ("paddle", b"paddle"),
+                     ("mxnet", b"mxnet"))
+
+
+def framework_of(seen: set[str]) -> str | None:
+    """The one framework a log's markers named, else None (none, or a mix such as Keras on torch)."""
+    return next(iter(seen)) if len(seen) == 1 else None
+
+
 class LogScanner:
     """Scans inputs for one pattern list; reusable across files."""
 
@@ -155,6 +166,7 @@ class LogScanner:
         line = 1
         carry = b""
         giant_line_noted = False
+        frameworks: set[str] = set()
         while True:
             chunk = stream.read(BLOCK_BYTES)
             if not chunk:
@@ -174,11 +186,16 @@ class LogScanner:
                     giant_line_noted = True
             block, carry = data[:cut], data[cut:]
             self._scan_block(_Block(block, line, source), evidence)
+            frameworks.update(name for name, marker in FRAMEWORK_MARKERS if marker in block)
             line += block.count(b"\n")
         if carry:
             self._scan_block(_Block(carry + b"\n", line, source), evidence)
+            frameworks.update(name for name, marker in FRAMEWORK_MARKERS if marker in carry)
             line += 1
         evidence.lines_read = line - 1
+        framework = framework_of(frameworks)
+        if framework:
+            evidence.facts["framework"] = framework
         return evidence
 
     def scan_bytes(self, data: bytes, source: str = "<text>") -> Evidence:

@@ -62,7 +62,10 @@ BUILTIN_FIELDS = ("count", "ranks", "first_line", "source",
                   "loader_settings", "loader_pin_memory", "cpus_usable",
                   # what the probe measured of the run: fp32/fp16/bf16, yes/no, yes/no, a worker count
                   # within the CPUs usable per process
-                  "precision", "gpu_used", "loader_used", "workers_suggested")
+                  "precision", "gpu_used", "loader_used", "workers_suggested",
+                  # read from any log: the one framework its module paths name (pytorch, tensorflow, jax, paddle,
+                  # mxnet), absent when none or several are named (logscan.FRAMEWORK_MARKERS)
+                  "framework")
 
 
 class Leaf(NamedTuple):
