@@ -102,7 +102,8 @@ def rows():  # type: ignore[no-untyped-def]
 # xid33, rep33c, rep33d and rep33e, 220 more, 77.5% / 95.7% before any tuning on them, below the GPU floor of 0.89,
 # which followed it down to 0.885; 88.6% / 96.1% with ckpt33 and load33, 88 cases, 34.8% / 93.8% before any tuning,
 # mostly near misses; 88.8% / 96.2% with rep34a-d, 134 representative cases, 91.5% / 100% before any tuning; 88.6% /
-# 96.3% with rep35a-d, 115 more, 78.1% / 98.8% before any tuning), never the corpus. Raised at the end
+# 96.3% with rep35a-d, 115 more, 78.1% / 98.8% before any tuning; 88.5% / 96.3% with cpu34 and nan34, 95 category-
+# focused cases, 86.2% / 62.5% before any tuning on them), never the corpus. Raised at the end
 # of the seventh session to 89.3% / 95.2% less a case or two, at the end of the eighth to what it measured, 89.2% /
 # 95.9% on 2431 cases, less a few cases of margin, and at the end of the ninth to 89.5% / 96.0% on 2935 cases, less
 # a few cases. The tenth measured 89.6% / 96.2% on 3218 cases and left the floors: the 95% interval of GPU top-1 on
