@@ -139,9 +139,17 @@ class _Block:
 
 
 # Which framework printed a log, for fix advice that fits it (a TensorFlow log is not told to check `torch`): the words
-# its module paths and messages carry. A log that names none of them, or several, gets no `framework` fact.
-FRAMEWORK_MARKERS = (("pytorch", b"torch"), ("tensorflow", b"tensorflow"), ("jax", b"jax"), ("paddle", b"paddle"),
-                     ("mxnet", b"mxnet"))
+# its module paths and messages carry, in module form where the bare word is also prose ("ajax", a Pong agent's
+# "paddle"). A log that names none of them, or several, gets no `framework` fact.
+FRAMEWORK_MARKERS = (("pytorch", (b"torch",)), ("tensorflow", (b"tensorflow",)), ("jax", (b"jaxlib", b"jax.", b"/jax/")),
+                     ("paddle", (b"paddle/", b"paddlepaddle", b"import paddle", b"paddle.fluid", b"paddle.base",
+                                 b"paddle.nn", b"paddle.io", b"paddle.utils", b"paddle.distributed", b"paddle.framework")),
+                     ("mxnet", (b"mxnet",)))
+
+
+def frameworks_in(data: bytes) -> set[str]:
+    """The frameworks whose markers occur in `data`."""
+    return {name for name, markers in FRAMEWORK_MARKERS if any(marker in data for marker in markers)}
 
 
 def framework_of(seen: set[str]) -> str | None:
@@ -186,11 +194,11 @@ class LogScanner:
                     giant_line_noted = True
             block, carry = data[:cut], data[cut:]
             self._scan_block(_Block(block, line, source), evidence)
-            frameworks.update(name for name, marker in FRAMEWORK_MARKERS if marker in block)
+            frameworks |= frameworks_in(block)
             line += block.count(b"\n")
         if carry:
             self._scan_block(_Block(carry + b"\n", line, source), evidence)
-            frameworks.update(name for name, marker in FRAMEWORK_MARKERS if marker in carry)
+            frameworks |= frameworks_in(carry)
             line += 1
         evidence.lines_read = line - 1
         framework = framework_of(frameworks)

@@ -309,7 +309,7 @@ def test_memory_advice_follows_the_program_that_ran_out(pack, tmp_path: Path) ->
 def test_cpu_fallback_advice_checks_the_framework_the_log_names(pack) -> None:  # type: ignore[no-untyped-def]
     """A TensorFlow log that registered no GPU is told to ask TensorFlow and install its CUDA build, not torch; a log
     that names torch, or no framework at all, keeps torch's check (the commonest case)."""
-    from gpufix.logscan import framework_of
+    from gpufix.logscan import framework_of, frameworks_in
 
     def titles(text: str) -> list[str]:
         [root] = [f for f in diagnose_inputs([STDIN], pack, stdin=io.BytesIO(text.encode())).findings
@@ -330,6 +330,9 @@ def test_cpu_fallback_advice_checks_the_framework_the_log_names(pack) -> None:  
         plain = titles(text)
         assert any("what torch sees" in t for t in plain) and not any("TensorFlow" in t for t in plain)
     assert framework_of({"tensorflow", "pytorch"}) is None and framework_of(set()) is None  # a mix names none
+    # the bare words in prose are no framework: an RL agent's "paddle", a web log's "ajax"
+    assert frameworks_in(b"episode 12: agent moved the paddle. GET /ajax/status 200") == set()
+    assert frameworks_in(b"  File \"/usr/lib/python3/site-packages/paddle/fluid/framework.py\"") == {"paddle"}
     # the memory family the same way: Keras's mixed precision for a TensorFlow log, torch.autocast elsewhere
     tf_oom = "  File \"/usr/lib/python3/site-packages/tensorflow/python/eager/execute.py\", line 54, in quick_execute\n" \
              "tensorflow.python.framework.errors_impl.InternalError: Failed copying input tensor to GPU:0: GPU out of memory"
