@@ -105,4 +105,9 @@ class Evidence:
         for name, samples in other.series.items():
             self.series.setdefault(name, []).extend(samples)
         for key, value in other.facts.items():
-            self.facts.setdefault(key, value)
+            if key == "framework" and self.facts.get(key, value) != value:
+                # inputs naming different frameworks name none together ("" reads as missing in guards), as one
+                # log naming several does (logscan.framework_of); a later input cannot bring one back
+                self.facts[key] = ""
+            else:
+                self.facts.setdefault(key, value)
