@@ -74,6 +74,9 @@ class Evidence:
         self.series: dict[str, list[Any]] = {}
         # facts about the run (rules.model.BUILTIN_FIELDS), offered to every finding's fields
         self.facts: dict[str, str] = {}
+        # (source, first line number, text) of each input's last lines (logscan.TAIL_BYTES): what the word
+        # model reads when no rule found a GPU failure; empty for a run record, whose verdict is the measurements'
+        self.tails: list[tuple[str, int, str]] = []
 
     def with_rank(self, rank: int) -> Evidence:
         """The same evidence with `rank` on every line no rank prefix placed: the evidence of one
@@ -102,6 +105,7 @@ class Evidence:
         self.lines_read += other.lines_read
         self.bytes_read += other.bytes_read
         self.notes.extend(other.notes)
+        self.tails.extend(other.tails)
         for name, samples in other.series.items():
             self.series.setdefault(name, []).extend(samples)
         for key, value in other.facts.items():

@@ -34,6 +34,9 @@ MAX_HITS_KEPT = 50
 MAX_EXCEPTIONS_KEPT = 1000
 EVIDENCE_TEXT_MAX = 400
 MESSAGE_CONTINUATION_LINES = 4
+# Each input's end kept for the word model (gpufix/wordmodel.py), where a failure states itself. The corpus's
+# cases it was trained on are excerpts of a few KiB; a long log's healthy start would only dilute its words.
+TAIL_BYTES = 16 * 1024
 
 _ANSI = compile_pattern(
     r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]"
@@ -157,6 +160,20 @@ def framework_of(seen: set[str]) -> str | None:
     return next(iter(seen)) if len(seen) == 1 else None
 
 
+def keep_tail(evidence: Evidence, source: str, window: bytes, whole: bool) -> None:
+    """Record an input's end for the word model: `window` is its last TAIL_BYTES (`whole` when that is all
+    of it), kept from the first line that starts inside it (the last line alone when it is longer)."""
+    if not whole:
+        cut = window.find(b"\n") + 1
+        if 0 < cut < len(window):
+            window = window[cut:]
+    if not window.strip():
+        return
+    newlines = window.count(b"\n")
+    first = evidence.lines_read - newlines + (1 if window.endswith(b"\n") else 0)
+    evidence.tails.append((source, max(first, 1), window.decode("utf-8", "replace")))
+
+
 class LogScanner:
     """Scans inputs for one pattern list; reusable across files."""
 
@@ -175,11 +192,13 @@ class LogScanner:
         carry = b""
         giant_line_noted = False
         frameworks: set[str] = set()
+        window = b""  # the input's last TAIL_BYTES, for the word model
         while True:
             chunk = stream.read(BLOCK_BYTES)
             if not chunk:
                 break
             evidence.bytes_read += len(chunk)
+            window = (window + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
             data = carry + chunk
             cut = data.rfind(b"\n") + 1
             if cut == 0 and len(data) < BLOCK_BYTES:
@@ -201,6 +220,7 @@ class LogScanner:
             frameworks |= frameworks_in(carry)
             line += 1
         evidence.lines_read = line - 1
+        keep_tail(evidence, source, window, whole=evidence.bytes_read <= TAIL_BYTES)
         framework = framework_of(frameworks)
         if framework:
             evidence.facts["framework"] = framework

@@ -42,8 +42,10 @@ from gpufix.logscan import (
     BLOCK_BYTES,
     MAX_EXCEPTIONS_KEPT,
     MAX_HITS_KEPT,
+    TAIL_BYTES,
     LogScanner,
     _Block,
+    keep_tail,
     scan_exceptions,
 )
 from gpufix.regex import _SET_OPTIONS, PatternSet, _flags, decode_groups
@@ -315,4 +317,13 @@ def scan_file(path: str, ruleset: RuleSet) -> Evidence:
     scanner = FastScanner.for_rules(ruleset)
     with LogFile(path) as mapped:
         part = scanner.scan_blocks(mapped, plan_blocks(mapped), path)
-    return merge([part], path, mapped.size)
+        evidence = merge([part], path, mapped.size)
+        keep_file_tail(evidence, mapped, path)
+    return evidence
+
+
+def keep_file_tail(evidence: Evidence, file: LogFile, source: str) -> None:
+    """The last lines of what was scanned (evidence.bytes_read), for the word model, as LogScanner.scan_stream
+    keeps them (logscan.keep_tail)."""
+    start = max(0, evidence.bytes_read - TAIL_BYTES)
+    keep_tail(evidence, source, file.read(start, evidence.bytes_read), whole=start == 0)

@@ -21,6 +21,7 @@ from gpufix.fastscan.core import (
     Partial,
     LogFile,
     available_cpus,
+    keep_file_tail,
     merge,
     plan_blocks,
     split_ranges,
@@ -101,4 +102,8 @@ def scan_files_parallel(paths: Sequence[str], ruleset: RuleSet, jobs: int | None
             part, size = future.result()
             parts[path][number] = part
             sizes[path] = size
-    return {path: merge([parts[path][n] for n in sorted(parts[path])], path, sizes[path]) for path in unique}
+    found = {path: merge([parts[path][n] for n in sorted(parts[path])], path, sizes[path]) for path in unique}
+    for path, evidence in found.items():
+        with LogFile(path) as file:
+            keep_file_tail(evidence, file, path)
+    return found

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpufix.fastscan import scan_file
-from gpufix.fastscan.core import FastScanner, merge, normalise, plan_blocks, split_ranges, LogFile
+from gpufix.fastscan.core import FastScanner, LogFile, keep_file_tail, merge, normalise, plan_blocks, split_ranges
 from gpufix.logscan import BLOCK_BYTES, LogScanner, _ANSI, _Block
 from tests.fastscan import adversarial
 from tests.fastscan.util import assert_same, reference
@@ -47,7 +47,9 @@ def _split_scan(path: Path, pack, part_bytes: int):
     with LogFile(str(path)) as mapped:
         blocks = plan_blocks(mapped)
         parts = [scanner.scan_blocks(mapped, r, str(path)) for r in split_ranges(blocks, mapped.size, part_bytes)]
-    return merge(parts, str(path), mapped.size), len(parts)
+        evidence = merge(parts, str(path), mapped.size)
+        keep_file_tail(evidence, mapped, str(path))  # as scan_files does after merging
+    return evidence, len(parts)
 
 
 @pytest.mark.parametrize("case", sorted(adversarial.CASES))

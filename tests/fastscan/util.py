@@ -24,6 +24,7 @@ def contents(ev: Evidence) -> dict:
         "lines_read": ev.lines_read,
         "bytes_read": ev.bytes_read,
         "notes": ev.notes,
+        "tails": ev.tails,
     }
 
 
