@@ -83,7 +83,8 @@ def is_within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _cache_dir() -> str:
+def cache_dir() -> str:
+    """Where compiled rule packs (and the word model's compact copy) are kept."""
     if os.environ.get(CACHE_DIR_ENV):
         return os.environ[CACHE_DIR_ENV]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -118,10 +119,10 @@ def load_ruleset(
     files = rule_files(rule_dirs(extra, builtin))
     key = _cache_key(files)
     name = f"rules-{zlib.crc32(key.encode()):08x}"
-    cache_dir = _cache_dir()
+    folder = cache_dir()
     if use_cache:
         try:
-            cache_file = os.path.join(cache_dir, name + (".full" if full else ".lean"))
+            cache_file = os.path.join(folder, name + (".full" if full else ".lean"))
             with open(cache_file, "rb") as f:
                 cached = marshal.loads(f.read())  # 5x faster than marshal.load(f)
                 used_long_ago = time.time() - os.fstat(f.fileno()).st_mtime > CACHE_TOUCH_AFTER_S
@@ -129,8 +130,11 @@ def load_ruleset(
                 if used_long_ago:  # mark it in use, so that pruning (prune_cache) keeps the packs people run
                     _touch(cache_file)
                 if full:
-                    return _build(cached["entries"], cached["literals"], cached["notes"])
-                return _lazy(cached["entries"], cached["literals"], cached["notes"], cached["index"])
+                    ruleset = _build(cached["entries"], cached["literals"], cached["notes"])
+                else:
+                    ruleset = _lazy(cached["entries"], cached["literals"], cached["notes"], cached["index"])
+                ruleset.word_model_dir = builtin_rules_dir() if builtin else None
+                return ruleset
         except (OSError, ValueError, EOFError, KeyError, TypeError):
             pass  # no cache yet, or a stale/corrupt one: validate afresh
     entries, problems = _validate(files)
@@ -144,11 +148,12 @@ def load_ruleset(
     ruleset.literals = literals = _literals(ruleset)
     if use_cache:
         lean = [{**e, "rule": _lean(e["rule"])} for e in entries]
-        _write_cache(os.path.join(cache_dir, name + ".lean"),
+        _write_cache(os.path.join(folder, name + ".lean"),
                      {"key": key, "entries": lean, "literals": literals, "notes": notes, "index": lazy_index(ruleset)})
-        _write_cache(os.path.join(cache_dir, name + ".full"),
+        _write_cache(os.path.join(folder, name + ".full"),
                      {"key": key, "entries": entries, "literals": literals, "notes": notes})
-        prune_cache(cache_dir)
+        prune_cache(folder)
+    ruleset.word_model_dir = builtin_rules_dir() if builtin else None
     return ruleset
 
 

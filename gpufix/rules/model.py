@@ -268,6 +268,10 @@ def _fix(data: dict[str, Any]) -> Fix:
 class RuleSet:
     """The loaded rules plus the flat list of distinct line patterns the scanner searches for."""
 
+    # The folder whose word model (gpufix/wordmodel.py) speaks when no rule found a GPU failure: the built-in
+    # pack's, set by load_ruleset; None for a pack without the built-in rules and for a subset (one rule's examples)
+    word_model_dir: str | None = None
+
     def __init__(self, rules: list[Rule], notes: list[str] | None = None,
                  literals: dict[str, Any] | None = None, lenders: list[Rule] | None = None) -> None:
         self.rules = rules
@@ -299,6 +303,10 @@ class RuleSet:
 
     def get(self, code: str) -> Rule | None:
         return self.by_code.get(code.upper())
+
+    def family_of(self, category: str) -> Rule | None:
+        """The family rule (a category's broad vocabulary) of `category`, if the pack has one in use."""
+        return next((r for r in self.rules if r.family and r.category == category and r.status != "deprecated"), None)
 
     def subset(self, rules: list[Rule]) -> RuleSet:
         borrowed = {leaf.vocabulary for rule in rules for leaf in rule.match.leaves() if leaf.vocabulary}
@@ -429,6 +437,13 @@ class LazyRuleSet(RuleSet):
     @property  # type: ignore[override]
     def rules(self) -> list[Rule]:
         return [self.rule_at(i) for i in range(len(self._entries))]
+
+    def family_of(self, category: str) -> Rule | None:
+        for i, entry in enumerate(self._entries):  # without building every rule
+            rule = entry["rule"]
+            if rule.get("family") and rule.get("category") == category and rule.get("status") != "deprecated":
+                return self.rule_at(i)
+        return None
 
 
 def lazy_index(ruleset: RuleSet) -> dict[str, Any]:
