@@ -3,7 +3,8 @@
 Reads the real-world corpus in fixtures/corpus (README there: sources, labels, the split) and,
 when it is there, the shared development corpus ../shared/corpus. For each part it prints top-1 per
 category for gpufix and for a fixed-order keyword search side by side, the confusion matrix, the
-share of ordinary errors kept clean (no GPU diagnosis), and the GPU top-1 margin over keywords; then
+share of ordinary errors kept clean (no GPU diagnosis), the GPU top-1 margin over keywords and what the word model
+decided where no rule found a GPU failure; then
 the same two scores on the batches sampled in search order (`rep*`), and, for each audit file the corpus
 has, an expert's text-only reading of a random validation sample beside gpufix on the same cases.
 
@@ -77,6 +78,12 @@ def report(name: str, rows: list[Row], misses: bool) -> None:
     print(f"  ordinary kept clean  gpufix {s.ordinary_clean:6.1%}   keywords {s.baseline_ordinary_clean:6.1%}"
           f"   (false GPU diagnoses: {round(s.ordinary_cases * (1 - s.ordinary_clean))} of {s.ordinary_cases})"
           f"   {interval(s.ordinary_clean, s.ordinary_cases)}")
+    guessed = [r for r in rows if r.guessed]
+    if guessed:
+        right = sum(r.predicted == r.case.label for r in guessed)
+        ordinary = sum(r.case.label == OTHER for r in guessed)
+        print(f"  word model (no rule found a GPU failure): root cause of {len(guessed)} cases: {right} right, "
+              f"{len(guessed) - right - ordinary} GPU failures in another category, {ordinary} ordinary errors")
     if misses:
         for r in rows:
             if r.predicted != r.case.label:

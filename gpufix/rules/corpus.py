@@ -35,6 +35,7 @@ class Row(NamedTuple):
     predicted: str
     code: str  # the root cause's rule code, "-" for none
     baseline: str
+    guessed: bool = False  # the root cause is the word model's (gpufix/wordmodel.py), no rule's
 
 
 def part_of(source: str) -> str:
@@ -106,9 +107,11 @@ def evaluate(cases: list[Case], ruleset: object) -> list[Row]:
 
     rows = []
     for case in cases:
-        category, code = predicted(diagnose_inputs([str(case.path)], ruleset))  # type: ignore[arg-type]
+        diagnosis = diagnose_inputs([str(case.path)], ruleset)  # type: ignore[arg-type]
+        category, code = predicted(diagnosis)
         text = case.path.read_bytes().decode("utf-8", "replace")
-        rows.append(Row(case, category, code, keyword_baseline(text)))
+        guessed = diagnosis.root is not None and "word_probability" in diagnosis.root.fields
+        rows.append(Row(case, category, code, keyword_baseline(text), guessed))
     return rows
 
 
