@@ -274,15 +274,17 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
     interrupted_by = interruption(result)
     how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None, interrupted_by)
     has_meta = os.path.isfile(os.path.join(record.path, META))
+    ruleset = load_ruleset()
+    ruleset.word_model_dir = None  # a run's verdict is its rules' and measurements' (rules/README.md: The word model)
     try:
         lost = record.output.dropped_bytes or record.output.failed or record.output.incomplete
         if lost and kept is not None and kept.size:
             diagnosis = diagnose_record(
-                record.path, load_ruleset(), output=kept.data(), note=
+                record.path, ruleset, output=kept.data(), note=
                 f"the run record lost {record.output.dropped_bytes or 'some'} bytes of output; diagnosed from the output "
                 f"gpufix kept in memory ({kept.describe()})")
         else:
-            diagnosis = diagnose_inputs([record.path if has_meta else record.output_log], load_ruleset())
+            diagnosis = diagnose_inputs([record.path if has_meta else record.output_log], ruleset)
     except InputError as exc:  # empty or binary output: nothing to match
         return {"findings": [], "summary": None, "notes": [exc.message]}, "" if only_warnings else render_compact([], [], [], how)
     if interrupted_by:

@@ -74,8 +74,10 @@ def diagnose_dumps(paths: list[str]) -> list[dict[str, Any]]:
     from gpufix.diagnosis import diagnose_inputs
     from gpufix.rules.loader import load_ruleset
 
+    ruleset = load_ruleset()
+    ruleset.word_model_dir = None  # stacks gpufix took of a run: its rules read them, not a guess from their words
     try:
-        return [f.to_dict() for f in diagnose_inputs(paths, load_ruleset()).findings]
+        return [f.to_dict() for f in diagnose_inputs(paths, ruleset).findings]
     except InputError:
         return []
 

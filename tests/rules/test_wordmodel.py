@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +148,20 @@ def test_explain_says_it_as_a_guess() -> None:
     assert result.returncode == 1
     out = result.stdout.decode()
     assert "ENV900" in out and "confidence low" in out and "word model" in out
+
+
+def test_gpufix_run_and_the_watchdog_leave_the_guess_to_pasted_logs(tmp_path: Path) -> None:
+    """The same words printed by a job under `gpufix run` get the rules' verdict only (what was measured
+    decides a run), and stack dumps the watchdog took are read by the rules alone."""
+    job = tmp_path / "job.py"
+    job.write_text(f"import sys\nprint({NO_GPU.strip()!r})\nsys.exit(1)\n")
+    result = subprocess.run([sys.executable, "-m", "gpufix", "run", "--record-dir", str(tmp_path / "runs"), str(job)],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 1 and NO_GPU.strip().encode() in result.stdout
+    (record,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    assert not any("word_probability" in f["fields"] for f in json.loads((record / "result.json").read_text())["findings"])
+    from gpufix.watchdog.watchdog import diagnose_dumps
+
+    dump = tmp_path / "stacks.txt"
+    dump.write_text(NO_GPU)
+    assert diagnose_dumps([str(dump)]) == []
