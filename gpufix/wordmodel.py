@@ -74,6 +74,18 @@ class WordModel:
         # slots: an open-addressing table, crc32(name) & (len - 1), linear probing, -1 empty, else k;
         # feature k's weights: cats/values[weight_at[k]:weight_at[k + 1]] (only those that matter).
         self._names, self._name_at, self._slots, self._weight_at, self._cats, self._values = arrays
+        self._check()
+
+    def _check(self) -> None:
+        """ValueError unless the arrays agree (a damaged file or copy must not fail a diagnosis later)."""
+        n = len(self._name_at) - 1
+        size = len(self._slots)
+        if not (n >= 0 and len(self._weight_at) == n + 1 and self._name_at[-1] == len(self._names)
+                and self._weight_at[-1] == len(self._cats) == len(self._values) and size > n
+                and size & (size - 1) == 0 and max(self._slots) < n and min(self._slots) >= -1
+                and (not self._cats or max(self._cats) < len(self.categories))
+                and len(self.bias) == len(self.categories)):
+            raise ValueError("word model arrays do not agree")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WordModel:
@@ -88,6 +100,8 @@ class WordModel:
         size = 1 << max(4, (2 * len(encoded)).bit_length())  # at most half full: short probes
         slots = array("i", [-1]) * size
         for k, (name, pairs) in enumerate(zip(encoded, data["weights"].values())):
+            if len(pairs) % 2:
+                raise ValueError(f"word model feature {name!r}: category and weight pairs expected")
             name_at.append(name_at[-1] + len(name))
             cats.extend(int(c) for c in pairs[0::2])
             values.extend(float(v) for v in pairs[1::2])
@@ -183,20 +197,19 @@ def model_in(rules_dir: str) -> WordModel | None:
 
 
 def _load(path: str) -> WordModel | None:
-    import zlib
-
     from gpufix.rules.loader import cache_dir
 
     try:
         st = os.stat(path)
     except OSError:
         return None
-    key = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{FORMAT}"
-    cached = os.path.join(cache_dir(), f"wordmodel-{zlib.crc32(key.encode()):08x}.bin")
+    # (a path may hold any bytes: surrogate-escaped, and no newline in the key line)
+    key = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{FORMAT}".encode("utf-8", "surrogateescape").replace(b"\n", b" ")
+    cached = os.path.join(cache_dir(), f"wordmodel-{crc32(key):08x}.bin")
     try:
         with open(cached, "rb") as f:
             stored_key, blob = f.read().split(b"\n", 1)
-        if stored_key == key.encode("utf-8", "surrogateescape").replace(b"\n", b" "):
+        if stored_key == key:
             return WordModel.from_bytes(blob)
     except (OSError, ValueError, EOFError, TypeError):
         pass  # no copy yet, or a stale one
@@ -211,7 +224,7 @@ def _load(path: str) -> WordModel | None:
         os.makedirs(os.path.dirname(cached), exist_ok=True)
         tmp = f"{cached}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
-            f.write(key.encode("utf-8", "surrogateescape").replace(b"\n", b" ") + b"\n" + model.to_bytes())
+            f.write(key + b"\n" + model.to_bytes())
         os.replace(tmp, cached)
         _prune(os.path.dirname(cached))
     except OSError:

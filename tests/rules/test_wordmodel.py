@@ -15,7 +15,7 @@ import pytest
 from gpufix.diagnosis import STDIN, diagnose_inputs, evidence_from_record
 from gpufix.logscan import TAIL_BYTES, LogScanner
 from gpufix.rules.loader import builtin_rules_dir, load_ruleset
-from gpufix.wordmodel import MODEL_FILE, WordModel, features, model_in
+from gpufix.wordmodel import _LOADED, MODEL_FILE, WordModel, features, model_in
 
 from tests.conftest import run_gpufix
 
@@ -165,3 +165,19 @@ def test_gpufix_run_and_the_watchdog_leave_the_guess_to_pasted_logs(tmp_path: Pa
     dump = tmp_path / "stacks.txt"
     dump.write_text(NO_GPU)
     assert diagnose_dumps([str(dump)]) == []
+
+
+def test_a_damaged_compact_copy_is_rebuilt_from_the_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GPUFIX_CACHE_DIR", str(tmp_path))
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / MODEL_FILE).write_bytes((Path(builtin_rules_dir()) / MODEL_FILE).read_bytes())
+    model_in(str(pack))
+    (copy,) = tmp_path.glob("wordmodel-*.bin")
+    key, blob = copy.read_bytes().split(b"\n", 1)
+    copy.write_bytes(key + b"\n" + blob[: len(blob) // 2])  # cut: marshal cannot read it
+    _LOADED.clear()
+    assert model_in(str(pack)).guess([("<stdin>", 1, NO_GPU)]).category == "cpu_fallback"
+    with pytest.raises(ValueError):
+        WordModel.from_dict({"format": 1, "categories": ["oom", "other"], "bias": [0, 0], "threshold": 0.9,
+                             "weights": {"cuda": [0, 1.5, 7, 2.0]}})  # category 7 does not exist
