@@ -37,7 +37,7 @@ WORDINGS: list[tuple[str, str]] = [
     ('cpu_fallback', 'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].'),
     ('cpu_fallback', 'RuntimeError: Attempting to deserialize object on CUDA device 0 but torch.cuda.device_count() is 0. Please use torch.load with map_location to map your storages to an existing device.'),
     ('cpu_fallback', 'AssertionError: Found no NVIDIA driver on your system.'),
-    ('cpu_fallback', 'RuntimeError: The detected CUDA version (12.1) mismatches the version that was used to compile PyTorch (11.8). Please make sure to use the same CUDA versions.'),
+    ('other', 'RuntimeError: The detected CUDA version (12.1) mismatches the version that was used to compile PyTorch (11.8). Please make sure to use the same CUDA versions.'),
     ('cpu_fallback', 'RuntimeError: No CUDA GPUs are available'),
     ('cpu_fallback', 'W0512 10:00:00.000000 140 xla_bridge.py:636] CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built against version 8800, which is newer. The copy of cuDNN that is installed must be at least as new as the version against which JAX was built. (Set TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)'),
     ('cpu_fallback', '2023-01-01 10:00:00.000000: E tensorflow/compiler/xla/stream_executor/cuda/cuda_dnn.cc:417] Loaded runtime CuDNN library: 8.1.0 but source was compiled with: 8.6.0.  CuDNN library needs to have matching major version and equal or higher minor version.'),
@@ -250,7 +250,9 @@ WORDINGS: list[tuple[str, str]] = [
 
 @pytest.fixture(scope="module")
 def pack():  # type: ignore[no-untyped-def]
-    return load_ruleset()
+    ruleset = load_ruleset()
+    ruleset.word_model_dir = None  # the rules' own coverage: the inventories are the word model's training data
+    return ruleset
 
 
 @pytest.mark.parametrize(("category", "text"), WORDINGS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(WORDINGS)])
@@ -363,7 +365,8 @@ def test_cpu_fallback_advice_checks_the_framework_the_log_names(pack, tmp_path: 
 # wordings, the seventh 89.8%, the eighth 93.0%, the ninth 90.1%, the tenth, the error and status tables read from
 # source, 86.6%, the eleventh 88.5%, the twelfth 88.7%, the thirteenth 84.9%, the fourteenth 80.4%, the fifteenth
 # 86.3%, the sixteenth 81.3%, the seventeenth 86.1%, the eighteenth 65.2% (mostly label calls the corpus settles
-# otherwise); 92.1% of 5625 after they were learnt); a change that loses known wordings fails here.
+# otherwise); 92.1% of 5625 after they were learnt, 92.2% with GEN021); a change that loses known wordings fails here.
+# Measured with the rules alone: the word model is trained on these wordings (rules/README.md, The word model).
 INVENTORY_AGREEMENT = 0.915
 
 
