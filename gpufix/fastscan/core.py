@@ -45,6 +45,8 @@ from gpufix.logscan import (
     TAIL_BYTES,
     LogScanner,
     _Block,
+    framework_of,
+    frameworks_in,
     keep_tail,
     scan_exceptions,
 )
@@ -104,7 +106,7 @@ def normalise(raw: bytes) -> tuple[bytes, bytes]:
 class Partial:
     """What one range of blocks yielded, with line numbers counted from the range's start."""
 
-    __slots__ = ("hits", "hit_counts", "exceptions", "exception_count", "newlines", "giant_line")
+    __slots__ = ("hits", "hit_counts", "exceptions", "exception_count", "newlines", "giant_line", "frameworks")
 
     def __init__(self) -> None:
         self.hits: dict[int, list[Hit]] = {}
@@ -113,6 +115,7 @@ class Partial:
         self.exception_count = 0
         self.newlines = 0
         self.giant_line: int | None = None  # first giant block's line (relative), if any
+        self.frameworks: set[str] = set()  # logscan.frameworks_in of every raw block, as LogScanner reads them
 
     def __getstate__(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -152,6 +155,7 @@ class FastScanner:
         line = 1
         for start, end, kind in blocks:
             raw = file.read(start, end)
+            part.frameworks |= frameworks_in(raw)
             if kind == TAIL:
                 raw += b"\n"
             elif kind == GIANT and part.giant_line is None:
@@ -211,6 +215,7 @@ def _shift(ref: LineRef, offset: int) -> LineRef:
 
 def merge(parts: Iterable[Partial], source: str, size: int) -> Evidence:
     """One file's evidence from its ranges' partial results, in file order."""
+    parts = list(parts)
     evidence = Evidence(sources=[source])
     evidence.bytes_read = size
     offset = 0
@@ -237,6 +242,9 @@ def merge(parts: Iterable[Partial], source: str, size: int) -> Evidence:
             )
         offset += part.newlines
     evidence.lines_read = offset
+    framework = framework_of(set().union(*(part.frameworks for part in parts)))
+    if framework:
+        evidence.facts["framework"] = framework
     return evidence
 
 

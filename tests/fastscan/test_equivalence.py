@@ -117,3 +117,13 @@ def test_normalisation_matches_logscanner() -> None:
         assert normalise(raw) == (block._numbering, block.data), raw
     text = b"\x1b[31mred\x1b[0m \x1b]0;t\x07 \x1b(B \x1b= plain"
     assert normalise(text)[1] == _ANSI.sub(b"", text)
+
+
+def test_the_framework_fact_is_read_as_the_reference_scanner_reads_it(pack, tmp_path: Path) -> None:
+    """Post-mortem scans logs with the fast scanner: a TensorFlow log must get TensorFlow's advice there too."""
+    tf = tmp_path / "tf.log"
+    tf.write_text('  File "/usr/lib/python3/dist-packages/tensorflow/python/eager/execute.py", line 54, in quick_execute\n'
+                  "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor\n")
+    assert scan_file(str(tf), pack).facts == reference(tf, pack).facts == {"framework": "tensorflow"}
+    split, parts = _split_scan(tf, pack, 1)
+    assert split.facts == {"framework": "tensorflow"}

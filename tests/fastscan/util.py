@@ -25,6 +25,7 @@ def contents(ev: Evidence) -> dict:
         "bytes_read": ev.bytes_read,
         "notes": ev.notes,
         "tails": ev.tails,
+        "facts": ev.facts,
     }
 
 
