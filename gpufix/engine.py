@@ -18,7 +18,6 @@ from gpufix.regex import compile_pattern, decode_groups, may_match
 from gpufix.rules.model import Group, Leaf, Rule, RuleSet, pattern_key, series_key
 
 MAX_EVIDENCE_SHOWN = 8
-MAX_QUOTED = 400  # characters of a line the word model quotes (the scanner's evidence lines are cut alike)
 
 
 class _Result:
@@ -287,24 +286,30 @@ def evaluate(evidence: Evidence, ruleset: RuleSet) -> tuple[list[Finding], list[
     for code in [c for c, f in findings.items() if ruleset.by_code[c].family and f.category in specific]:
         del findings[code]
     if ruleset.word_model_dir and evidence.tails and not any(f.is_gpu for f in findings.values()):
-        guessed = _word_model_finding(evidence, ruleset, order)
+        guessed = _word_model_finding(evidence, ruleset, ruleset.word_model_dir, order, notes)
         if guessed is not None:
             findings[guessed.code] = guessed
     return _order(list(findings.values()), ruleset, order), notes
 
 
-def _word_model_finding(evidence: Evidence, ruleset: RuleSet, order: dict[str, int]) -> Finding | None:
+def _word_model_finding(evidence: Evidence, ruleset: RuleSet, model_dir: str, order: dict[str, int],
+                        notes: list[str]) -> Finding | None:
     """The family finding the word model reads in the inputs' last lines when no rule found a GPU failure
-    (gpufix/wordmodel.py): low confidence, the lines that weigh most towards it as evidence, the family's fixes."""
+    (gpufix/wordmodel.py): low confidence, the lines that weigh most towards it as evidence, the family's fixes.
+    An unreadable model file is said in `notes`."""
+    from gpufix.logscan import EVIDENCE_TEXT_MAX
     from gpufix.wordmodel import model_in
 
-    model = model_in(ruleset.word_model_dir) if ruleset.word_model_dir else None
+    model = model_in(model_dir)
+    if isinstance(model, str):
+        notes.append(model)
+        return None
     guess = model.guess(evidence.tails) if model is not None else None
     rule = ruleset.family_of(guess.category) if guess is not None else None
     if guess is None or rule is None:
         return None
     result = _Result(True, count=len(guess.lines))
-    result.refs = [LineRef(source, line, text[:MAX_QUOTED]) for source, line, text in guess.lines]
+    result.refs = [LineRef(source, line, text[:EVIDENCE_TEXT_MAX]) for source, line, text in guess.lines]
     result.groups = [{"word_probability": f"{guess.probability:.0%}"}]
     finding = _finding(rule, result, order, evidence.facts)
     message = (f"No rule knows this exact wording, but the words of these lines read as {rule.category} failures do "

@@ -167,6 +167,7 @@ def keep_tail(evidence: Evidence, source: str, window: bytes, whole: bool) -> No
         cut = window.find(b"\n") + 1
         if 0 < cut < len(window):
             window = window[cut:]
+    window = _ANSI.sub(b"", window)  # colour codes are no words (they hold no newline: numbering stays)
     if not window.strip():
         return
     newlines = window.count(b"\n")

@@ -274,8 +274,7 @@ def _diagnose(record: RunRecord, result: JobResult, kept: OutputTail | None = No
     interrupted_by = interruption(result)
     how = outcome(result.exit_status, signal.Signals(result.signal).name if result.signal else None, interrupted_by)
     has_meta = os.path.isfile(os.path.join(record.path, META))
-    ruleset = load_ruleset()
-    ruleset.word_model_dir = None  # a run's verdict is its rules' and measurements' (rules/README.md: The word model)
+    ruleset = load_ruleset(word_model=False)  # a run's verdict is its rules' and measurements' (rules/README.md)
     try:
         lost = record.output.dropped_bytes or record.output.failed or record.output.incomplete
         if lost and kept is not None and kept.size:

@@ -32,14 +32,13 @@ FORMAT = 1
 EVIDENCE_LINES = 3  # lines quoted for a guess: those whose words weigh most towards it
 
 _TOKEN = re.compile(r"[a-z][a-z0-9]+")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def tokens(text: str) -> list[str]:
     """Lower-case words of two or more letters and digits, starting with a letter (numbers, paths'
-    punctuation and single letters carry no wording)."""
-    return _TOKEN.findall(_ANSI.sub(" ", text).lower())
+    punctuation and single letters carry no wording). Colour codes are gone already (logscan.keep_tail)."""
+    return _TOKEN.findall(text.lower())
 
 
 def features(text: str) -> set[str]:
@@ -181,20 +180,20 @@ class WordModel:
         return [(source, line, text) for _w, source, line, text in sorted(best, key=lambda s: (s[1], s[2]))]
 
 
-_LOADED: dict[str, WordModel | None] = {}
+_LOADED: dict[str, WordModel | str | None] = {}  # path -> the model, why it could not be read, or None: no file
 
 
-def model_in(rules_dir: str) -> WordModel | None:
+def model_in(rules_dir: str) -> WordModel | str | None:
     """The word model shipped in a rule pack's folder, loaded once per process (from a compact copy in the
-    rule cache folder when one matches the file's size and time); None when there is none or it is
-    unreadable: a pack without one is diagnosed by its rules alone."""
+    rule cache folder when one matches the file's size and time). None when the pack has none, and a sentence
+    saying why when the file is there but unreadable: either way the rules alone decide."""
     path = os.path.join(rules_dir, MODEL_FILE)
     if path not in _LOADED:
         _LOADED[path] = _load(path)
     return _LOADED[path]
 
 
-def _load(path: str) -> WordModel | None:
+def _load(path: str) -> WordModel | str | None:
     from gpufix.rules.loader import cache_dir
 
     try:
@@ -216,8 +215,8 @@ def _load(path: str) -> WordModel | None:
 
         with open(path, "rb") as f:
             model = WordModel.from_dict(json.loads(f.read()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{path}: the word model could not be read ({type(exc).__name__}: {exc}); the rules alone decided"
     try:
         os.makedirs(os.path.dirname(cached), exist_ok=True)
         tmp = f"{cached}.{os.getpid()}.tmp"

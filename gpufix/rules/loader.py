@@ -110,13 +110,17 @@ def _cache_key(files: list[str]) -> str:
 
 def load_ruleset(
     extra: list[str] | tuple[str, ...] = (), builtin: bool = True, use_cache: bool = True, full: bool = False,
+    word_model: bool = True,
 ) -> RuleSet:
     """Load the built-in pack plus user folders; raises RuleError listing every problem.
 
     Two caches are kept: a lean one for diagnosis (no examples or false-positive notes, which
     are most of the bytes) and, with `full=True`, everything for `rules show` and `rules test`.
+    `word_model=False`: the rules alone decide, without the built-in pack's word model (gpufix/wordmodel.py): a
+    run's own verdict (its output and measurements), and measuring the rules themselves.
     """
     files = rule_files(rule_dirs(extra, builtin))
+    model_dir = builtin_rules_dir() if builtin and word_model else None
     key = _cache_key(files)
     name = f"rules-{zlib.crc32(key.encode()):08x}"
     folder = cache_dir()
@@ -133,7 +137,7 @@ def load_ruleset(
                     ruleset = _build(cached["entries"], cached["literals"], cached["notes"])
                 else:
                     ruleset = _lazy(cached["entries"], cached["literals"], cached["notes"], cached["index"])
-                ruleset.word_model_dir = builtin_rules_dir() if builtin else None
+                ruleset.word_model_dir = model_dir
                 return ruleset
         except (OSError, ValueError, EOFError, KeyError, TypeError):
             pass  # no cache yet, or a stale/corrupt one: validate afresh
@@ -153,7 +157,7 @@ def load_ruleset(
         _write_cache(os.path.join(folder, name + ".full"),
                      {"key": key, "entries": entries, "literals": literals, "notes": notes})
         prune_cache(folder)
-    ruleset.word_model_dir = builtin_rules_dir() if builtin else None
+    ruleset.word_model_dir = model_dir
     return ruleset
 
 

@@ -129,8 +129,7 @@ def _rule_clean(cases: list[Case]) -> list[bool]:
     from gpufix.diagnosis import diagnose_inputs
     from gpufix.rules.loader import load_ruleset
 
-    ruleset = load_ruleset()
-    ruleset.word_model_dir = None  # the rules alone
+    ruleset = load_ruleset(word_model=False)
     return [not any(f.is_gpu for f in diagnose_inputs([str(c.path)], ruleset).findings) for c in cases]
 
 

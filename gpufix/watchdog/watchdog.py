@@ -74,10 +74,8 @@ def diagnose_dumps(paths: list[str]) -> list[dict[str, Any]]:
     from gpufix.diagnosis import diagnose_inputs
     from gpufix.rules.loader import load_ruleset
 
-    ruleset = load_ruleset()
-    ruleset.word_model_dir = None  # stacks gpufix took of a run: its rules read them, not a guess from their words
-    try:
-        return [f.to_dict() for f in diagnose_inputs(paths, ruleset).findings]
+    try:  # stacks gpufix took of a run: its rules read them, not a guess from their words
+        return [f.to_dict() for f in diagnose_inputs(paths, load_ruleset(word_model=False)).findings]
     except InputError:
         return []
 

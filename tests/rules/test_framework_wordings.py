@@ -250,9 +250,7 @@ WORDINGS: list[tuple[str, str]] = [
 
 @pytest.fixture(scope="module")
 def pack():  # type: ignore[no-untyped-def]
-    ruleset = load_ruleset()
-    ruleset.word_model_dir = None  # the rules' own coverage: the inventories are the word model's training data
-    return ruleset
+    return load_ruleset(word_model=False)  # the rules' own coverage: the inventories are the word model's training data
 
 
 @pytest.mark.parametrize(("category", "text"), WORDINGS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(WORDINGS)])

@@ -57,9 +57,7 @@ def test_the_threshold_keeps_the_measured_false_alarm_share() -> None:
                                                        (NO_MEMORY, "oom", "MEM900")])
 def test_a_wording_no_rule_knows_lands_in_its_category_with_low_confidence(text: str, category: str,
                                                                           code: str) -> None:
-    rules_alone = load_ruleset()
-    rules_alone.word_model_dir = None
-    assert not diagnose(text, rules_alone).findings  # no rule knows it
+    assert not diagnose(text, load_ruleset(word_model=False)).findings  # no rule knows it
 
     root = diagnose(text).root
     assert root is not None and (root.code, root.category, root.confidence) == (code, category, "low")
@@ -115,19 +113,27 @@ def diagnose_inputs_bytes(data: bytes):
     return diagnose_inputs([STDIN], PACK, stdin=io.BytesIO(data)).root
 
 
-def test_features_split_identifiers_and_ignore_colour_codes() -> None:
-    found = features("\x1b[31mRuntimeError: cudaErrorMemoryAllocation\x1b[0m")
+def test_features_split_identifiers_and_the_tail_drops_colour_codes() -> None:
+    found = features("RuntimeError: cudaErrorMemoryAllocation")
     assert {"runtimeerror", "cudaerrormemoryallocation", "memory allocation", "runtime error"} <= found
-    assert not any("31m" in f or f.startswith("m ") for f in found)
+    coloured = b"step 1\n\x1b[31m" + NO_GPU.strip().encode() + b"\x1b[0m\n"
+    ((_source, first, text),) = LogScanner.for_rules(PACK).scan_bytes(coloured, "x").tails
+    assert (first, text) == (1, "step 1\n" + NO_GPU)  # the scanner's own ANSI pattern; line numbers kept
+    assert diagnose_inputs_bytes(coloured).evidence[0].line == 2
 
 
-def test_a_missing_or_broken_model_leaves_the_rules_alone(tmp_path: Path, monkeypatch) -> None:
+def test_a_missing_or_broken_model_leaves_the_rules_alone_and_says_so(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("GPUFIX_CACHE_DIR", str(tmp_path / "cache"))
-    assert model_in(str(tmp_path)) is None
+    assert model_in(str(tmp_path)) is None  # no model: nothing to say
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / MODEL_FILE).write_text('{"format": 1, "categories": [')
-    assert model_in(str(broken)) is None
+    problem = model_in(str(broken))
+    assert isinstance(problem, str) and "could not be read" in problem and str(broken) in problem
+    pack = load_ruleset()
+    pack.word_model_dir = str(broken)  # the built-in rules with a damaged model file beside them
+    diagnosis = diagnose(NO_GPU, pack)
+    assert not diagnosis.findings and problem in diagnosis.notes
 
 
 def test_the_compact_copy_is_the_same_model(tmp_path: Path, monkeypatch) -> None:
@@ -177,7 +183,8 @@ def test_a_damaged_compact_copy_is_rebuilt_from_the_file(tmp_path: Path, monkeyp
     key, blob = copy.read_bytes().split(b"\n", 1)
     copy.write_bytes(key + b"\n" + blob[: len(blob) // 2])  # cut: marshal cannot read it
     _LOADED.clear()
-    assert model_in(str(pack)).guess([("<stdin>", 1, NO_GPU)]).category == "cpu_fallback"
+    again = model_in(str(pack))
+    assert isinstance(again, WordModel) and again.guess([("<stdin>", 1, NO_GPU)]).category == "cpu_fallback"
     with pytest.raises(ValueError):
         WordModel.from_dict({"format": 1, "categories": ["oom", "other"], "bias": [0, 0], "threshold": 0.9,
                              "weights": {"cuda": [0, 1.5, 7, 2.0]}})  # category 7 does not exist
