@@ -194,6 +194,10 @@ class LogScanner:
         giant_line_noted = False
         frameworks: set[str] = set()
         window = b""  # the input's last TAIL_BYTES, for the word model
+        # A block is scanned once the next read shows whether the input goes on: a last line without a newline
+        # joins the block before it, so a message wrapped onto that line still matches (the fast scanner's
+        # plan_blocks cuts the same way).
+        pending, pending_line, pending_plain = b"", 1, False
         while True:
             chunk = stream.read(BLOCK_BYTES)
             if not chunk:
@@ -205,6 +209,7 @@ class LogScanner:
             if cut == 0 and len(data) < BLOCK_BYTES:
                 carry = data
                 continue
+            plain = cut > 0
             if cut == 0:  # one line longer than a block: scan it in pieces
                 cut = len(data)
                 if not giant_line_noted:
@@ -213,13 +218,25 @@ class LogScanner:
                     )
                     giant_line_noted = True
             block, carry = data[:cut], data[cut:]
-            self._scan_block(_Block(block, line, source), evidence)
-            frameworks |= frameworks_in(block)
+            if pending:
+                self._scan_block(_Block(pending, pending_line, source), evidence)
+                frameworks |= frameworks_in(pending)
+            pending, pending_line, pending_plain = block, line, plain
             line += block.count(b"\n")
         if carry:
-            self._scan_block(_Block(carry + b"\n", line, source), evidence)
-            frameworks |= frameworks_in(carry)
+            if pending and pending_plain:
+                pending += carry
+            else:
+                if pending:
+                    self._scan_block(_Block(pending, pending_line, source), evidence)
+                    frameworks |= frameworks_in(pending)
+                pending, pending_line = carry, line
+            frameworks |= frameworks_in(pending)
+            self._scan_block(_Block(pending + b"\n", pending_line, source), evidence)
             line += 1
+        elif pending:
+            self._scan_block(_Block(pending, pending_line, source), evidence)
+            frameworks |= frameworks_in(pending)
         evidence.lines_read = line - 1
         keep_tail(evidence, source, window, whole=evidence.bytes_read <= TAIL_BYTES)
         framework = framework_of(frameworks)

@@ -67,7 +67,7 @@ _ANSI_PY = re.compile(_ANSI.pattern.removeprefix(b"(?m)"))
 _CRLF = re.compile(b"\r\n")
 
 # (start, end, kind): raw byte range of one block; kind 0 plain, 1 a piece of a giant line,
-# 2 the line-less tail of the file (LogScanner appends a newline to it).
+# 2 the end of a file whose last line has no newline, with the plain block before it (LogScanner appends a newline).
 Block = tuple[int, int, int]
 PLAIN, GIANT, TAIL = 0, 1, 2
 
@@ -88,7 +88,9 @@ def plan_blocks(file: LogFile) -> list[Block]:
             blocks.append((start, read, GIANT))
             start = read
         # else: no newline yet, at the end of the file: carried
-    if start < size:
+    if start < size:  # the line-less end joins a plain block before it, as LogScanner scans it
+        if blocks and blocks[-1][2] == PLAIN:
+            start = blocks.pop()[0]
         blocks.append((start, size, TAIL))
     return blocks
 

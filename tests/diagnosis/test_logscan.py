@@ -103,6 +103,13 @@ def test_last_line_without_newline_is_scanned() -> None:
     assert lines_of(scan(b"a\nwidget"), 2) == [2]
 
 
+def test_a_match_wrapped_onto_a_last_line_without_newline_is_found() -> None:
+    """Pasted text often ends without a newline; the line-less end is scanned with the lines before it."""
+    ev = scan(b"x\nRuntimeError: found at least two devices, cuda:0\n    and cpu! (when checking argument)")
+    assert [[ref.line for ref in hit.lines] for hit in ev.hits[1]] == [[2, 3]]
+    assert ev.hits[1][0].groups == {"a": "cuda:0", "b": "cpu"}
+
+
 def test_a_bare_exception_type_counts_but_a_bare_error_does_not() -> None:
     ev = scan(b"Exception: Current loss scale already at minimum\nError: retrying download\n")
     assert [(e.type, e.message) for e in ev.exceptions] == [("Exception", "Current loss scale already at minimum")]

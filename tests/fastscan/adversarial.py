@@ -167,6 +167,9 @@ CASES = {
     "exactly_one_block": lambda: bytes(_exact(B)),
     "one_block_no_newline": lambda: b"q" * B,
     "one_block_plus_one": lambda: bytes(_exact(B)) + b"Killed",
+    # a wrapped match that ends on a last line without a newline, in a small file and after a block
+    "wrapped_last_line": lambda: filler(40, 4) + WRAP_A + WRAP_B[:-1],
+    "wrapped_last_line_after_a_block": lambda: bytes(_exact(B)) + filler(40, 5) + WRAP_A + WRAP_B[:-1],
 }
 
 

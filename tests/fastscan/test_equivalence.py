@@ -82,6 +82,10 @@ def test_the_adversarial_cases_exercise_what_they_claim(pack, tmp_path: Path) ->
     # block), so the exception after the cut has no cause; the fast scan must agree.
     assert second and second[0].cause is None
     assert ev("empty").lines_read == 0 and ev("one_line_no_newline").lines_read == 1
+    devices = pack.line_patterns.index(next(p for p in pack.line_patterns if "found\\s+at\\s+least\\s+two" in p[0]))
+    for case in ("wrapped_last_line", "wrapped_last_line_after_a_block"):
+        found = ev(case)
+        assert [len(hit.lines) for hit in found.hits.get(devices, [])] == [2], case  # both halves of the wrap
 
 
 def test_blocks_are_cut_where_logscanner_cuts_them(tmp_path: Path) -> None:
