@@ -17,6 +17,7 @@ lacks the exception's own line. A pattern may span a terminal-wrapped line by us
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
@@ -41,6 +42,16 @@ TAIL_BYTES = 16 * 1024
 _ANSI = compile_pattern(
     r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]"
 )
+# A log pasted as a Markdown or e-mail quote ("> RuntimeError: ...", "> > ..."): the markers come off so that a message
+# wrapped over quoted lines still matches. Python's REPL prompt (">>> ") is not a quote.
+_QUOTE = re.compile(rb"(?m)^(?:>(?!>) ?)+")
+
+
+def unquote(data: bytes) -> bytes:
+    """`data` without the quote markers at its lines' starts (lines end at a newline; a lone CR is not one here)."""
+    return _QUOTE.sub(b"", data) if data[:1] == b">" or b"\n>" in data else data
+
+
 _RANK_PREFIX_RE = (
     r"(?:[\w.-]+: )?"  # pdsh/DeepSpeed host label
     r"(?:\[(?:rank|default)(?P<rank>\d+)\]:|(?P<slurm>\d{1,5}): |\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:"
@@ -109,6 +120,7 @@ class _Block:
         data = _ANSI.sub(b"", raw) if b"\x1b" in raw else raw
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n")
+        data = unquote(data)
         # Line numbers count real newlines: keep the text before lone CRs become line breaks
         # (same length, so positions agree).
         self._numbering = data

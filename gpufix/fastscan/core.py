@@ -49,6 +49,7 @@ from gpufix.logscan import (
     frameworks_in,
     keep_tail,
     scan_exceptions,
+    unquote,
 )
 from gpufix.regex import _SET_OPTIONS, PatternSet, _flags, decode_groups
 
@@ -99,9 +100,11 @@ def normalise(raw: bytes) -> tuple[bytes, bytes]:
     """(text for line numbering, text for matching), as `logscan._Block` makes them."""
     data = _ANSI_PY.sub(b"", raw) if b"\x1b" in raw else raw
     if b"\r" not in data:
+        data = unquote(data)
         return data, data
     if _CRLF.search(data):  # 3x faster than replace()'s own search when there is none
         data = data.replace(b"\r\n", b"\n")
+    data = unquote(data)
     return data, data.replace(b"\r", b"\n")
 
 

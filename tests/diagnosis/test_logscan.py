@@ -110,6 +110,16 @@ def test_a_match_wrapped_onto_a_last_line_without_newline_is_found() -> None:
     assert ev.hits[1][0].groups == {"a": "cuda:0", "b": "cpu"}
 
 
+def test_a_log_pasted_as_a_quote_reads_as_the_log() -> None:
+    """GitHub replies and e-mails quote a log ("> ", "> > "); the markers come off, a REPL's ">>> " stays."""
+    ev = scan(b"> > Traceback (most recent call last):\n> > RuntimeError: found at least two devices, cuda:0\n"
+              b">     and cpu! (when checking argument)\n>>> widget\n")
+    assert [[ref.line for ref in hit.lines] for hit in ev.hits[1]] == [[2, 3]]
+    assert ev.hits[1][0].lines[0].text.startswith("RuntimeError: found")
+    assert [(e.type, e.ref.line) for e in ev.exceptions] == [("RuntimeError", 2)]
+    assert ev.hits[2][0].lines[0].text == ">>> widget"
+
+
 def test_a_bare_exception_type_counts_but_a_bare_error_does_not() -> None:
     ev = scan(b"Exception: Current loss scale already at minimum\nError: retrying download\n")
     assert [(e.type, e.message) for e in ev.exceptions] == [("Exception", "Current loss scale already at minimum")]

@@ -170,6 +170,9 @@ CASES = {
     # a wrapped match that ends on a last line without a newline, in a small file and after a block
     "wrapped_last_line": lambda: filler(40, 4) + WRAP_A + WRAP_B[:-1],
     "wrapped_last_line_after_a_block": lambda: bytes(_exact(B)) + filler(40, 5) + WRAP_A + WRAP_B[:-1],
+    # the same lines pasted as a Markdown quote, across a block boundary
+    "quoted": lambda: b"".join(b"> " + line for line in (bytes(_exact(B)) + filler(40, 6) + WRAP_A + WRAP_B
+                                                          + TB_HEAD + EXC_2).splitlines(True)),
 }
 
 

@@ -83,9 +83,10 @@ def test_the_adversarial_cases_exercise_what_they_claim(pack, tmp_path: Path) ->
     assert second and second[0].cause is None
     assert ev("empty").lines_read == 0 and ev("one_line_no_newline").lines_read == 1
     devices = pack.line_patterns.index(next(p for p in pack.line_patterns if "found\\s+at\\s+least\\s+two" in p[0]))
-    for case in ("wrapped_last_line", "wrapped_last_line_after_a_block"):
+    for case in ("wrapped_last_line", "wrapped_last_line_after_a_block", "quoted"):
         found = ev(case)
         assert [len(hit.lines) for hit in found.hits.get(devices, [])] == [2], case  # both halves of the wrap
+    assert [r.type for r in ev("quoted").exceptions][-1] == "RuntimeError"
 
 
 def test_blocks_are_cut_where_logscanner_cuts_them(tmp_path: Path) -> None:
