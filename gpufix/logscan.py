@@ -210,6 +210,12 @@ class LogScanner:
         # joins the block before it, so a message wrapped onto that line still matches (the fast scanner's
         # plan_blocks cuts the same way).
         pending, pending_line, pending_plain = b"", 1, False
+
+        def flush(block: bytes, first_line: int) -> None:
+            if block:
+                self._scan_block(_Block(block, first_line, source), evidence)
+                frameworks.update(frameworks_in(block))
+
         while True:
             chunk = stream.read(BLOCK_BYTES)
             if not chunk:
@@ -230,25 +236,16 @@ class LogScanner:
                     )
                     giant_line_noted = True
             block, carry = data[:cut], data[cut:]
-            if pending:
-                self._scan_block(_Block(pending, pending_line, source), evidence)
-                frameworks |= frameworks_in(pending)
+            flush(pending, pending_line)
             pending, pending_line, pending_plain = block, line, plain
             line += block.count(b"\n")
-        if carry:
-            if pending and pending_plain:
-                pending += carry
-            else:
-                if pending:
-                    self._scan_block(_Block(pending, pending_line, source), evidence)
-                    frameworks |= frameworks_in(pending)
-                pending, pending_line = carry, line
-            frameworks |= frameworks_in(pending)
-            self._scan_block(_Block(pending + b"\n", pending_line, source), evidence)
+        if carry:  # the line-less end: with the plain block before it, else on its own; a newline closes it
+            if not (pending and pending_plain):
+                flush(pending, pending_line)
+                pending, pending_line = b"", line
+            pending += carry + b"\n"
             line += 1
-        elif pending:
-            self._scan_block(_Block(pending, pending_line, source), evidence)
-            frameworks |= frameworks_in(pending)
+        flush(pending, pending_line)
         evidence.lines_read = line - 1
         keep_tail(evidence, source, window, whole=evidence.bytes_read <= TAIL_BYTES)
         framework = framework_of(frameworks)

@@ -99,13 +99,11 @@ def plan_blocks(file: LogFile) -> list[Block]:
 def normalise(raw: bytes) -> tuple[bytes, bytes]:
     """(text for line numbering, text for matching), as `logscan._Block` makes them."""
     data = _ANSI_PY.sub(b"", raw) if b"\x1b" in raw else raw
-    if b"\r" not in data:
-        data = unquote(data)
-        return data, data
-    if _CRLF.search(data):  # 3x faster than replace()'s own search when there is none
+    cr = b"\r" in data
+    if cr and _CRLF.search(data):  # 3x faster than replace()'s own search when there is none
         data = data.replace(b"\r\n", b"\n")
     data = unquote(data)
-    return data, data.replace(b"\r", b"\n")
+    return data, (data.replace(b"\r", b"\n") if cr else data)
 
 
 class Partial:
