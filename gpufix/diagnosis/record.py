@@ -180,6 +180,8 @@ def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]], fact
         evidence.facts.setdefault("loader_settings", settings)
     if isinstance(loader.get("pin_memory"), bool):
         evidence.facts.setdefault("loader_pin_memory", str(loader["pin_memory"]))
+    if isinstance(loader.get("num_workers"), int):
+        evidence.facts.setdefault("loader_workers", str(loader["num_workers"]))
     if isinstance(loader.get("cpus_usable"), int):
         evidence.facts.setdefault("cpus_usable", str(loader["cpus_usable"]))
         ranks = facts.get("ranks") or [0]

@@ -59,7 +59,7 @@ BUILTIN_FIELDS = ("count", "ranks", "first_line", "source",
                   # facts of a run record when known (meta.json environment, the probe); absent for a paste
                   "pytorch_cuda_alloc_conf", "cuda_visible_devices", "torch_version", "torch_cuda_build",
                   # the training DataLoader as the probe saw it (the first loader iterated)
-                  "loader_settings", "loader_pin_memory", "cpus_usable",
+                  "loader_settings", "loader_pin_memory", "loader_workers", "cpus_usable",
                   # what the probe measured of the run: fp32/fp16/bf16, yes/no, yes/no, a worker count
                   # within the CPUs usable per process
                   "precision", "gpu_used", "loader_used", "workers_suggested",

@@ -4,6 +4,7 @@ each from the numbers (no exception is raised by any of them)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,49 @@ def test_a_starved_gpu_is_named_with_its_sawtooth(tmp_path: Path) -> None:
     assert finding["code"] == "DAT010"
     assert "waiting for the next batch (median), while GPU 1 averaged 27% utilisation (p90 96%); the loader had" \
         in finding["message"], finding["message"]
+
+
+def _logged_timing_record(tmp_path: Path, num_workers: int, cpus: int) -> Path:
+    """A record whose job printed torchvision-style MetricLogger lines (data waiting most of each iteration) and
+    whose probe saw the loader's settings, but no per-step timing (an older probe, or the loop is not wrapped)."""
+    record = tmp_path / f"20261203T000000Z-train-w{num_workers}"
+    (record / "probe").mkdir(parents=True)
+    (record / "meta.json").write_text(json.dumps({"format": 1, "status": "finished"}))
+    (record / "output.log").write_bytes(
+        b"Epoch: [0]  [   0/500]  eta: 0:12:10  lr: 0.1  loss: 6.9123 (6.9123)  time: 2.4012  data: 2.2110  max mem: 0\n"
+        b"Epoch: [0]  [ 100/500]  eta: 0:09:10  lr: 0.1  loss: 6.8123 (6.8871)  time: 1.1245  data: 0.9812  max mem: 0\n")
+    lines = [{"kind": "start", "format": 1, "pid": 7, "rank": 0, "t": 1000.0},
+             {"kind": "loader", "id": 0, "num_workers": num_workers, "pin_memory": False, "persistent_workers": False,
+              "prefetch_factor": None, "batch_size": 64, "cpus_usable": cpus, "t": 1000.5}]
+    (record / "probe" / "probe-7.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return record
+
+
+@pytest.mark.parametrize(("num_workers", "cpus", "advice"), [
+    (0, 4, "Raise num_workers (it is 0) towards 3 (4 CPUs are usable by this job"),
+    (3, 4, "More workers would not help: num_workers=3 already uses the 4 CPUs this job can use"),
+])
+def test_a_logged_data_time_is_advised_within_the_cpus_the_job_has(tmp_path: Path, num_workers: int, cpus: int,
+                                                                     advice: str) -> None:
+    """DAT014 reads the job's own timing columns; under `gpufix run` its worker advice is bounded by the CPUs the
+    probe saw, and says so when the loader already uses them, instead of a fixed num_workers=8."""
+    doc = json.loads(run_gpufix("explain", "--format", "json", str(_logged_timing_record(tmp_path, num_workers, cpus))).stdout)
+    finding = doc["findings"][0]
+    assert finding["code"] == "DAT014"
+    assert "1.1245 s, of which 0.9812 s" in finding["message"]  # the line of batch 0 (worker start-up) is not read
+    titles = [fix["title"] for fix in finding["fixes"]]
+    assert any(advice in title for title in titles), titles
+    assert not any("cores per GPU" in title for title in titles), titles
+
+
+def test_a_pasted_data_time_log_gets_advice_without_run_facts() -> None:
+    """A pasted log has no probe facts: the advice names the setting in the usual trainers, with no count it cannot know."""
+    doc = json.loads(run_gpufix("explain", "--format", "json", "-", stdin=(
+        b"[09/02 16:44:51 d2.utils.events]:  eta: 2 days, 3:02:44  iter: 3459  total_loss: 0.8811  time: 1.2211  "
+        b"last_time: 1.4012  data_time: 1.0213  last_data_time: 0.9911   lr: 0.02  max_mem: 6012M\n")).stdout)
+    finding = doc["findings"][0]
+    assert finding["code"] == "DAT014"
+    first = finding["fixes"][0]
+    assert first["title"] == "Give the loader more worker processes (up to the CPU cores per GPU)"
+    assert "DATALOADER.NUM_WORKERS" in first["detail"]
+    assert not any(re.search(r"\{[a-z_]+\}", fix["title"] + (fix.get("snippet") or "")) for fix in finding["fixes"])
