@@ -210,3 +210,22 @@ def test_a_condition_that_names_the_cause_outranks_the_generic_reading() -> None
         == "illegal_memory_access"
     assert root(b"2022-06-09 15:42:08.118071: I tensorflow/core/common_runtime/bfc_allocator.cc:1034] "
                 b"2 Chunks of size 335544320 totalling 640.00MiB\n") == "MEM017"
+
+
+def test_rapids_out_of_memory_gets_rapids_advice_not_a_training_jobs() -> None:
+    """The built-in pack: RMM's allocation failure also carries cudaErrorMemoryAllocation, which MEM003 reads with a
+    training job's fixes (a rank per GPU, a smaller batch); MEM019 names RAPIDS and hides MEM003."""
+    pack = load_ruleset()
+    scanner = LogScanner.for_rules(pack)
+    log = (b"cudf/_lib/csv.pyx in cudf._lib.csv.read_csv()\n\n"
+           b"MemoryError: std::bad_alloc: CUDA error at: /opt/conda/envs/rapids/include/rmm/mr/device/"
+           b"cuda_memory_resource.hpp:69: cudaErrorMemoryAllocation out of memory\n")
+    findings = diagnose(scanner.scan_bytes(log, "log"), pack).findings
+    assert [f.code for f in findings] == ["MEM019"]
+    assert "(cuda_memory_resource)" in findings[0].message
+    assert any("CUDF_SPILL=on" in (fix.snippet or "") for fix in findings[0].fixes)
+    # a paste cut inside the resource's file name gets the message without it, not a fragment
+    cut = diagnose(scanner.scan_bytes(b"terminate called after throwing an instance of 'rmm::bad_alloc'\n"
+                                      b"  what():  std::bad_alloc: CUDA error at: ../include/rmm/mr/device/cuda_memo\n",
+                                      "log"), pack).findings
+    assert cut[0].code == "MEM019" and "cuda_memo" not in cut[0].message
