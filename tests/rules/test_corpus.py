@@ -126,6 +126,10 @@ def rows():  # type: ignore[no-untyped-def]
 # The fifteenth: 89.0% / 96.7% on 4897 cases with rep48a-f, 258 more from new research fields, 84.6% / 99.4% before
 # any tuning; 89.1% / 96.8% on 5023 cases with rep49a-f, 243 more, 75.6% / 100% before any tuning; 89.1% / 96.8% on
 # 5098 cases with rep50a-d, 156 more, 93.6% / 98.2% before any tuning.
+# The sixteenth: 89.4% / 96.9% on 5223 cases with rep51a-f, 260 more from new fields, 95.5% / 99.4% before any tuning;
+# 89.4% / 96.9% on 5364 cases with rep52a-f, 272 more, 90.4% / 99.4% before any tuning on them; 89.4% / 97.0% on 5480
+# cases with rep53a-e, 215 more (non-Python stacks, older ASR, LLM efficiency code, flows and VAEs, interpolation),
+# 80.0% / 97.5% (rep53a-b) and 91.5% / 100% (rep53c-e) before any tuning on them.
 VALIDATION_GPU_TOP1 = 0.885
 VALIDATION_ORDINARY_CLEAN = 0.955
 
