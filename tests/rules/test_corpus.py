@@ -130,6 +130,7 @@ def rows():  # type: ignore[no-untyped-def]
 # 89.4% / 96.9% on 5364 cases with rep52a-f, 272 more, 90.4% / 99.4% before any tuning on them; 89.4% / 97.0% on 5480
 # cases with rep53a-e, 215 more (non-Python stacks, older ASR, LLM efficiency code, flows and VAEs, interpolation),
 # 80.0% / 97.5% (rep53a-b) and 91.5% / 100% (rep53c-e) before any tuning on them.
+# 89.3% / 97.0% on 5539 cases with rep54a-c, 113 more (104 ordinary errors), 77.8% / 99.0% before any tuning.
 VALIDATION_GPU_TOP1 = 0.885
 VALIDATION_ORDINARY_CLEAN = 0.955
 
