@@ -159,7 +159,10 @@ class _Block:
 FRAMEWORK_MARKERS = (("pytorch", (b"torch",)), ("tensorflow", (b"tensorflow",)), ("jax", (b"jaxlib", b"jax.", b"/jax/")),
                      ("paddle", (b"paddle/", b"paddlepaddle", b"import paddle", b"paddle.fluid", b"paddle.base",
                                  b"paddle.nn", b"paddle.io", b"paddle.utils", b"paddle.distributed", b"paddle.framework")),
-                     ("mxnet", (b"mxnet",)))
+                     ("mxnet", (b"mxnet",)),
+                     # Julia's and Rust's GPU stacks (their errors carry CUDA's words, and torch's snippets would mislead)
+                     ("julia", (b".julia/packages/", b".julia\\packages\\", b"CUDA.jl", b"ERROR: LoadError:", b"CuArray{")),
+                     ("rust", (b"candle_core", b"candle-core", b"cudarc", b"tch::", b"TchError", b".cargo/registry/src/")))
 
 
 def frameworks_in(data: bytes) -> set[str]:

@@ -64,7 +64,7 @@ BUILTIN_FIELDS = ("count", "ranks", "first_line", "source",
                   # within the CPUs usable per process
                   "precision", "gpu_used", "loader_used", "workers_suggested",
                   # read from any log: the one framework its module paths name (pytorch, tensorflow, jax, paddle,
-                  # mxnet), absent when none or several are named (logscan.FRAMEWORK_MARKERS)
+                  # mxnet, julia, rust), absent when none or several are named (logscan.FRAMEWORK_MARKERS)
                   "framework")
 
 

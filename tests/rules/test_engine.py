@@ -229,3 +229,41 @@ def test_rapids_out_of_memory_gets_rapids_advice_not_a_training_jobs() -> None:
                                       b"  what():  std::bad_alloc: CUDA error at: ../include/rmm/mr/device/cuda_memo\n",
                                       "log"), pack).findings
     assert cut[0].code == "MEM019" and "cuda_memo" not in cut[0].message
+
+
+def test_julia_out_of_memory_gets_julia_advice_not_pytorch_snippets() -> None:
+    """The built-in pack: without MEM022, CUDA.jl's OutOfGPUMemoryError is read by the family rule MEM900, whose fixes
+    are PyTorch snippets (torch.autocast, gradient_checkpointing_enable); MEM022 names CUDA.jl and quotes its report."""
+    pack = load_ruleset()
+    scanner = LogScanner.for_rules(pack)
+    log = (b"ERROR: LoadError: Out of GPU memory trying to allocate 2.000 GiB\n"
+           b"Effective GPU memory usage: 99.62% (23.897 GiB/23.988 GiB)\n"
+           b"Memory pool usage: 21.431 GiB (22.000 GiB reserved)\n"
+           b"Stacktrace:\n  [1] alloc at /home/user/.julia/packages/CUDA/35NC6/src/pool.jl:267 [inlined]\n")
+    findings = diagnose(scanner.scan_bytes(log, "log"), pack).findings
+    assert [f.code for f in findings] == ["MEM022"]
+    assert "2.000 GiB" in findings[0].message and "99.62%" in findings[0].message
+    snippets = " ".join(fix.snippet or "" for fix in findings[0].fixes)
+    assert "CUDA.reclaim()" in snippets and "torch" not in snippets
+
+
+def test_family_oom_advice_leaves_out_torch_for_julia_and_rust_logs() -> None:
+    """MEM900's torch snippets (autocast, gradient checkpointing) and TF/JAX's preallocation switch go only to logs that
+    name no other stack: a Rust candle job or a Julia job gets the framework-neutral fixes, a bare wording keeps torch's."""
+    from gpufix.logscan import frameworks_in
+
+    pack = load_ruleset()
+    scanner = LogScanner.for_rules(pack)
+
+    def snippets(log: bytes) -> str:
+        [finding] = diagnose(scanner.scan_bytes(log, "log"), pack).findings
+        assert finding.code == "MEM900"
+        return " ".join(fix.snippet or "" for fix in finding.fixes)
+
+    rust = (b"thread 'main' panicked at /home/u/.cargo/registry/src/index.crates.io-6f17d22bba15001f/candle-core-0.6.0/"
+            b"src/cuda_backend/mod.rs:61:5:\nError: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n")
+    assert frameworks_in(rust) == {"rust"}
+    assert "torch" not in snippets(rust) and "TF_FORCE_GPU_ALLOW_GROWTH" not in snippets(rust)
+    bare = b'Error: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")\n'
+    assert "torch.autocast" in snippets(bare)
+    assert frameworks_in(b"  [2] alloc @ ~/.julia/packages/CUDA/35NC6/src/pool.jl:259") == {"julia"}
