@@ -218,7 +218,8 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
         evidence=shown,
         evidence_count=len(refs) + result.overflow,
         fixes=fixes,
-        experiments=[{"name": e.name, "params": dict(e.params)} for e in rule.experiments],
+        experiments=[{"name": e.name, "params": dict(e.params)} for e in rule.experiments
+                     if all(conditions.holds(guard, fields) for guard in e.when)],
         ranks=sorted({r.rank for r in refs if r.rank is not None}),
         consequence_of=None,
         references=list(rule.references),

@@ -24,9 +24,10 @@ from gpufix import __version__
 from gpufix.errors import RuleError
 from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, LazyRuleSet, Rule, RuleSet, lazy_index, pattern_key
 
-SCHEMA_VERSION = 11  # 9: the lean cache holds the index LazyRuleSet reads (line patterns, what each rule needs);
+SCHEMA_VERSION = 12  # 9: the lean cache holds the index LazyRuleSet reads (line patterns, what each rule needs);
 # 10: a series condition needs its series (series_key), so measured rules are skipped for a pasted log;
 # 11: a required literal may be a tuple of words that must all occur (rules/literals.py)
+# 12: an experiment reference may carry `when` guards, as a fix does
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")

@@ -119,6 +119,7 @@ class Fix(NamedTuple):
 class ExperimentRef(NamedTuple):
     name: str
     params: dict[str, Any] = {}  # noqa: RUF012 - never mutated
+    when: tuple[str, ...] = ()  # guards on the finding's fields, as a fix's (the experiment is offered only when all hold)
 
 
 class Lookup(NamedTuple):
@@ -244,14 +245,18 @@ def _detail_fields(data: dict[str, Any]) -> dict[str, Any]:
         "fixes": tuple(_fix(f) for f in data["fixes"]),
         "references": tuple(data.get("references") or ()),
         "experiments": tuple(
-            ExperimentRef(e) if isinstance(e, str) else ExperimentRef(e["name"], dict(e.get("params") or {}))
-            for e in data.get("experiments") or ()
+            ExperimentRef(e) if isinstance(e, str) else _experiment(e) for e in data.get("experiments") or ()
         ),
         "lookups": tuple(
             Lookup(lk["field"], {str(k): dict(v) for k, v in lk["table"].items()}, lk.get("default"))
             for lk in data.get("lookup") or ()
         ),
     }
+
+
+def _experiment(data: dict[str, Any]) -> ExperimentRef:
+    when = data.get("when") or ()
+    return ExperimentRef(data["name"], dict(data.get("params") or {}), tuple([when] if isinstance(when, str) else when))
 
 
 def _fix(data: dict[str, Any]) -> Fix:

@@ -35,7 +35,7 @@ LEAF_KEYS = ("line", "exception", "message", "ignore_case")
 FIX_KEYS = {"kind": True, "title": True, "detail": False, "snippet": False, "when": False}
 EXAMPLE_KEYS = ("match", "no_match", "known_misses")
 LOOKUP_KEYS = {"field": True, "table": True, "default": False}
-EXPERIMENT_KEYS = {"name": True, "params": False}
+EXPERIMENT_KEYS = {"name": True, "params": False, "when": False}
 
 
 class _Located:
@@ -521,6 +521,7 @@ class _RuleChecker:
                 name = item.get("name")
                 if "params" in item and not isinstance(item["params"], LDict):
                     self.err(self.at(item, "params"), f"experiments[{index}].params must be a mapping")
+                self.guards(item.get("when"), self.at(item, "when"), f"experiments[{index}].when")
             if name not in EXPERIMENTS:
                 self.err(line, f"unknown experiment {name!r}{_suggest(name, EXPERIMENTS)} (known: {', '.join(sorted(EXPERIMENTS))})")
 

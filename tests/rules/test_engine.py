@@ -248,8 +248,9 @@ def test_julia_out_of_memory_gets_julia_advice_not_pytorch_snippets() -> None:
 
 
 def test_family_oom_advice_leaves_out_torch_for_julia_and_rust_logs() -> None:
-    """MEM900's torch snippets (autocast, gradient checkpointing) and TF/JAX's preallocation switch go only to logs that
-    name no other stack: a Rust candle job or a Julia job gets the framework-neutral fixes, a bare wording keeps torch's."""
+    """MEM900's torch snippets (autocast, gradient checkpointing), TF/JAX's preallocation switch and its Python re-run
+    experiments go only to logs that name no other stack: a Rust candle job or a Julia job gets the framework-neutral
+    fixes, a bare wording keeps torch's."""
     from gpufix.logscan import frameworks_in
 
     pack = load_ruleset()
@@ -266,4 +267,9 @@ def test_family_oom_advice_leaves_out_torch_for_julia_and_rust_logs() -> None:
     assert "torch" not in snippets(rust) and "TF_FORCE_GPU_ALLOW_GROWTH" not in snippets(rust)
     bare = b'Error: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")\n'
     assert "torch.autocast" in snippets(bare)
+    # the experiments re-run the job through gpufix's Python probe: offered for the bare wording, not the Rust program
+    [rust_finding] = diagnose(scanner.scan_bytes(rust, "log"), pack).findings
+    [bare_finding] = diagnose(scanner.scan_bytes(bare, "log"), pack).findings
+    assert rust_finding.experiments == []
+    assert [e["name"] for e in bare_finding.experiments] == ["batch-size-search", "mixed-precision-rerun"]
     assert frameworks_in(b"  [2] alloc @ ~/.julia/packages/CUDA/35NC6/src/pool.jl:259") == {"julia"}

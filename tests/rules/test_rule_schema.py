@@ -85,6 +85,13 @@ def test_unknown_experiment_is_an_error(tmp_path: Path) -> None:
     assert any("unknown experiment 'batch-size-serch'" in p and "did you mean 'batch-size-search'" in p for p in problems)
 
 
+def test_experiment_guards_are_checked_like_a_fixs(tmp_path: Path) -> None:
+    """An experiment reference may carry `when` guards over known fields; an unknown field is reported."""
+    assert problems_for(tmp_path, VALID + "experiments:\n  - name: batch-size-search\n    when: widget !~ x\n") == []
+    problems = problems_for(tmp_path, VALID + "experiments:\n  - name: batch-size-search\n    when: size >= 1 GiB\n")
+    assert any("experiments[0].when refers to unknown field 'size'" in p for p in problems), problems
+
+
 def test_guard_on_unknown_field_is_an_error(tmp_path: Path) -> None:
     text = VALID.replace("    title: Restart widget {widget}\n", "    title: Restart\n    when: size >= 1 GiB\n")
     assert any("when refers to unknown field 'size'" in p for p in problems_for(tmp_path, text))
