@@ -197,7 +197,7 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
     message = next((m for m in (conditions.fill(t, fields) for t in rule.messages) if m), rule.title)
     fixes = []
     for fix in rule.fixes:
-        if not all(conditions.holds(guard, fields) for guard in fix.when):
+        if not _guards_hold(fix.when, fields):
             continue
         title = conditions.fill(fix.title, fields)
         if title is None:
@@ -218,8 +218,7 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
         evidence=shown,
         evidence_count=len(refs) + result.overflow,
         fixes=fixes,
-        experiments=[{"name": e.name, "params": dict(e.params)} for e in rule.experiments
-                     if all(conditions.holds(guard, fields) for guard in e.when)],
+        experiments=[{"name": e.name, "params": dict(e.params)} for e in rule.experiments if _guards_hold(e.when, fields)],
         ranks=sorted({r.rank for r in refs if r.rank is not None}),
         consequence_of=None,
         references=list(rule.references),
@@ -227,6 +226,11 @@ def _finding(rule: Rule, result: _Result, order: dict[str, int], facts: dict[str
         is_gpu=rule.is_gpu,
         all_refs=refs,
     )
+
+
+def _guards_hold(guards: tuple[str, ...], fields: dict[str, str]) -> bool:
+    """A rule's `require`, a fix's or an experiment's `when`: every guard holds on the finding's fields."""
+    return all(conditions.holds(guard, fields) for guard in guards)
 
 
 MAX_GUARDED_HITS = 64  # hits whose values are tried against a rule's `require` guards
@@ -238,14 +242,14 @@ def _guarded_finding(rule: Rule, result: _Result, order: dict[str, int], facts: 
     log where the data wait dominates is enough, wherever it stands), so a rule reads every line
     it matched, not only the first."""
     finding = _finding(rule, result, order, facts)
-    if all(conditions.holds(guard, finding.fields) for guard in rule.require):
+    if _guards_hold(rule.require, finding.fields):
         return finding
     for index in range(1, min(len(result.groups), MAX_GUARDED_HITS)):
         tried = _Result(True, result.count, result.overflow)
         tried.refs = result.refs
         tried.groups = [result.groups[index], *result.groups[:index], *result.groups[index + 1:]]
         finding = _finding(rule, tried, order, facts)
-        if all(conditions.holds(guard, finding.fields) for guard in rule.require):
+        if _guards_hold(rule.require, finding.fields):
             return finding
     return None
 

@@ -162,7 +162,8 @@ FRAMEWORK_MARKERS = (("pytorch", (b"torch",)), ("tensorflow", (b"tensorflow",)),
                      ("mxnet", (b"mxnet",)),
                      # Julia's and Rust's GPU stacks (their errors carry CUDA's words, and torch's snippets would mislead)
                      ("julia", (b".julia/packages/", b".julia\\packages\\", b"CUDA.jl", b"ERROR: LoadError:", b"CuArray{")),
-                     ("rust", (b"candle_core", b"candle-core", b"cudarc", b"tch::", b"TchError", b".cargo/registry/src/")))
+                     # (the crates by name: a bare .cargo path also shows when Python's tokenizers panics)
+                     ("rust", (b"candle_core", b"candle-core", b"cudarc", b"tch::", b"TchError", b"burn-core", b"burn-tensor")))
 
 
 def frameworks_in(data: bytes) -> set[str]:

@@ -240,7 +240,7 @@ def _detail_fields(data: dict[str, Any]) -> dict[str, Any]:
     """Rule fields built from DETAIL_KEYS of a validated rule dict."""
     message = data["message"]
     return {
-        "messages": tuple([message] if isinstance(message, str) else message),
+        "messages": _one_or_many(message),
         "explanation": data["explanation"].strip(),
         "fixes": tuple(_fix(f) for f in data["fixes"]),
         "references": tuple(data.get("references") or ()),
@@ -254,20 +254,17 @@ def _detail_fields(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _one_or_many(value: Any) -> tuple[Any, ...]:
+    """A rule key that takes one string or a list of them (message, when), as a tuple."""
+    return (value,) if isinstance(value, str) else tuple(value or ())
+
+
 def _experiment(data: dict[str, Any]) -> ExperimentRef:
-    when = data.get("when") or ()
-    return ExperimentRef(data["name"], dict(data.get("params") or {}), tuple([when] if isinstance(when, str) else when))
+    return ExperimentRef(data["name"], dict(data.get("params") or {}), _one_or_many(data.get("when")))
 
 
 def _fix(data: dict[str, Any]) -> Fix:
-    when = data.get("when") or ()
-    return Fix(
-        data["kind"],
-        data["title"],
-        data.get("detail"),
-        data.get("snippet"),
-        tuple([when] if isinstance(when, str) else when),
-    )
+    return Fix(data["kind"], data["title"], data.get("detail"), data.get("snippet"), _one_or_many(data.get("when")))
 
 
 class RuleSet:

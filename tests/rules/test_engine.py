@@ -264,6 +264,9 @@ def test_family_oom_advice_leaves_out_torch_for_julia_and_rust_logs() -> None:
     rust = (b"thread 'main' panicked at /home/u/.cargo/registry/src/index.crates.io-6f17d22bba15001f/candle-core-0.6.0/"
             b"src/cuda_backend/mod.rs:61:5:\nError: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n")
     assert frameworks_in(rust) == {"rust"}
+    # a cargo path alone is no Rust job: Python's tokenizers crate panics inside transformers jobs too
+    assert frameworks_in(b"thread '<unnamed>' panicked at /root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/"
+                         b"tokenizers-0.15.2/src/models/bpe/trainer.rs:517:47") == set()
     assert "torch" not in snippets(rust) and "TF_FORCE_GPU_ALLOW_GROWTH" not in snippets(rust)
     bare = b'Error: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")\n'
     assert "torch.autocast" in snippets(bare)
