@@ -154,3 +154,48 @@ def test_a_stall_gpufix_left_running_is_a_warning_on_a_run_that_then_succeeds(tm
     findings = json.loads((record / "result.json").read_text())["findings"]
     assert [f["code"] for f in findings] == ["HNG011"], findings
     assert findings[0]["severity"] == "warning" and "left it running" in findings[0]["message"]
+
+
+STUCK_WORKER = '''
+import threading, torch
+from torch.utils.data import Dataset, DataLoader
+lock = threading.Lock()
+class Frames(Dataset):
+    def __len__(self): return 1000
+    def __getitem__(self, i):
+        if i == 37:
+            lock.acquire(); lock.acquire()  # a read that never returns
+        return torch.zeros(8), 0
+for step, (x, y) in enumerate(DataLoader(Frames(), batch_size=4, num_workers=2)):
+    if step % 5 == 0: print("step", step, flush=True)
+'''
+
+
+def test_ctrl_c_on_a_stalled_loader_names_the_stuck_worker_line(tmp_path: Path) -> None:
+    """Tried as a user: a DataLoader worker stuck in __getitem__, --on-hang wait, then Ctrl-C. The worker's dump
+    (HNG003: the dataset line) is the root cause; the main loop's Ctrl-C wait (HNG005) and the stall are its
+    consequences, where HNG005 used to be the root with the worker's line listed under 'Also found'."""
+    from tests.run.helpers import PY, env, records
+
+    (tmp_path / "job.py").write_text(STUCK_WORKER)
+    proc = subprocess.Popen([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "3", "--on-hang", "wait",
+                             "--", PY, "job.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env())
+    try:
+        assert wait_for(lambda: list(tmp_path.glob("runs/*/stacks/*-hang.json")), 90), "the watchdog never fired"
+        proc.send_signal(signal.SIGINT)
+        _out, err_bytes = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = err_bytes.decode()
+    assert proc.returncode in (130, -signal.SIGINT), err[-2000:]  # the job's own end, as a shell would see it
+    (record,) = records(tmp_path / "runs")
+    findings = {f["code"]: f for f in json.loads((record / "result.json").read_text())["findings"]}
+    if pyspy_path():  # the worker's own frames: the line that never returns
+        root = next(f for f in findings.values() if f["consequence_of"] is None and f["category"] != "not_gpu")
+        assert root["code"] == "HNG003" and "(job.py:9)" in root["message"], findings
+        assert findings["HNG005"]["consequence_of"] == "HNG003", findings
+    else:  # /proc only: the Ctrl-C traceback still shows the wait
+        assert findings["HNG005"]["consequence_of"] is None, findings
+    assert "HNG010" not in findings  # gpufix did not end it
