@@ -129,7 +129,7 @@ def render_text(pm: Postmortem, color: bool = False) -> str:
         for f in run.findings:
             if f is run.root_cause:
                 continue
-            ranks = f" on ranks {', '.join(map(str, f.ranks))}" if f.ranks else ""
+            ranks = (f" on rank{'s' if len(f.ranks) > 1 else ''} {', '.join(map(str, f.ranks))}" if f.ranks else "")
             label = f"consequence of {f.consequence_of}" if f.consequence_of else "also found"
             out.append("  " + st(f"{label}: {f.code} {f.name}{ranks}", "dim"))
         out += ["  " + st.plain(line) for line in _telemetry_lines(run.telemetry)]

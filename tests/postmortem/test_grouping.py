@@ -90,3 +90,26 @@ def test_compare_cli(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["records"][1]["findings"] == ["NUM001"]
     bad = run_gpufix("compare", str(tmp_path))
     assert bad.returncode == 2 and b"not a run record" in bad.stderr
+
+
+def test_slurm_log_of_rank_prefixed_lines_names_the_first_failing_rank(tmp_path: Path, ruleset: RuleSet) -> None:
+    """One Slurm log of a torchrun job, lines prefixed [rankN]: rank 3's device-side assert is the root cause and the
+    other ranks' watchdog timeouts its consequences, each consequence with the ranks it came from ("on rank 3", not
+    "on ranks 3")."""
+    from gpufix.postmortem.render import render_text
+
+    _write(tmp_path / "slurm-4412.out", "\n".join([
+        "epoch 0 step 100 loss 2.113",
+        "[rank3]: ../aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], "
+        "thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed.",
+        "[rank3]: RuntimeError: CUDA error: device-side assert triggered",
+        *(f"[rank{r}]:[E1130 02:21:21.552 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught collective operation "
+          f"timeout: WorkNCCL(SeqNum=412, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600032 "
+          f"milliseconds before timing out." for r in (0, 1, 2)),
+        "srun: error: gpu-node-17: task 0: Exited with exit code 1", ""]))
+    pm = postmortem([str(tmp_path)], ruleset, use_index=False)
+    [run] = pm.runs
+    assert run.first_failing_rank == 3 and run.root_cause.code == "KRN005"
+    text = render_text(pm)
+    assert "DST001 nccl-watchdog-timeout on ranks 0, 1, 2" in text
+    assert "on rank 3" in text and "on ranks 3" not in text
