@@ -6,6 +6,8 @@ is on, so a CI log and a terminal show the same lines.
 
 from __future__ import annotations
 
+import re
+
 from gpufix.findings import Finding
 
 TYPE_CHECKING = False
@@ -83,6 +85,10 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
             lines.append(_evidence_line(s, ref.source, ref.line, ref.rank, ref.text, only_source))
         if more > 0:
             lines.append("    " + s(f"… and {more} more", "dim"))
+    # a fix verified by `gpufix confirm` outranks the rule's own estimate of the same setting: say so under the
+    # estimate (tried: "num_workers=1 here" above a loader sweep that measured num_workers=2 faster)
+    measured = [(row.get("name"), (row.get("recommendation") or {}).get("change")) for row in verdicts or []
+                if row.get("verified") is True and isinstance((row.get("recommendation") or {}).get("change"), dict)]
     if verbose and finding.fixes:
         lines.append("")
         lines.append("  " + s("Fixes, in the order to try them", "bold") + ":")
@@ -93,7 +99,13 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
             if fix.snippet:
                 for snippet_line in fix.snippet.splitlines():
                     lines.append("       " + s(snippet_line, "green"))
-    if verbose and finding.experiments:
+            for name, change in measured:
+                differ = contradicted(fix.snippet, change)
+                if differ:
+                    settings = ", ".join(f"{k}={m} (not {a})" for k, (a, m) in differ.items())
+                    lines.append("       " + s(f"measured instead: {name} verified {settings}; see below", "bold yellow"))
+    ran = {row.get("name") for row in verdicts or []}
+    if verbose and finding.experiments and not all(e["name"] in ran for e in finding.experiments):
         lines.append("  " + s(confirm_hint(finding, record), "dim"))
     for row in verdicts or []:
         fix = row.get("recommendation") or {}
@@ -103,6 +115,26 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
         if fix.get("title"):
             lines.append("    " + s.plain(f"fix{verified}: {fix['title']}"))
     return lines
+
+
+_SETTING = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*([\w.+-]+)")
+
+
+def _literal(value: object) -> str:
+    """A setting's value as Python source spells it (`True`, `4`, `'x'` as `x`), so a snippet and a JSON change compare."""
+    return repr(value) if isinstance(value, bool) else str(value)
+
+
+def contradicted(snippet: str | None, change: dict) -> dict[str, tuple[str, str]]:  # type: ignore[type-arg]
+    """The settings a fix's snippet gives other values than a verified change: name -> (advised, measured).
+    `DataLoader(num_workers=1, ...)` against a measured `{"num_workers": 2}` gives {"num_workers": ("1", "2")}."""
+    out: dict[str, tuple[str, str]] = {}
+    for name, advised in _SETTING.findall(snippet or ""):
+        if name in change and not isinstance(change[name], (dict, list)):
+            measured = _literal(change[name])
+            if advised != measured:
+                out[name] = (advised, measured)
+    return out
 
 
 def confirm_hint(finding: Finding, record: str | None) -> str:

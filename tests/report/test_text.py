@@ -108,3 +108,30 @@ def test_evidence_from_a_records_measurements_names_its_file() -> None:
     assert _where("/elsewhere/telemetry.jsonl", 3, log) == "/elsewhere/telemetry.jsonl:3"
     assert _where("/runs/r1/output.log", 12, None) == "/runs/r1/output.log:12"
     assert _where("telemetry.jsonl", 4, "output.log") == "telemetry.jsonl:4"
+
+
+def test_a_verified_fix_is_named_under_the_estimate_it_contradicts() -> None:
+    """Tried as a user: DAT010 advised 'num_workers=1 here' (from the CPU count) while `gpufix confirm`'s loader sweep
+    had verified num_workers=2; explain showed both without a word. The estimate now carries the measurement, and the
+    'Confirm:' hint goes once every experiment of the finding has run."""
+    loader = finding("DAT010", "slow_loader")._replace(
+        fixes=[RenderedFix("config", "Load batches in worker processes: 1 here", None,
+                           "DataLoader(ds, batch_size=..., num_workers=1, persistent_workers=True, prefetch_factor=4)"),
+               RenderedFix("code", "Move expensive per-item work out of __getitem__")],
+        experiments=[{"name": "loader-benchmark", "params": {}}, {"name": "loader-sweep", "params": {}}])
+    sweep = {"name": "loader-sweep", "for": "DAT010", "verdict": "confirmed", "reason": "num_workers=2 runs 1.9x",
+             "verified": True, "recommendation": {"title": "Use DataLoader(num_workers=2, pin_memory=False)",
+                                                  "change": {"num_workers": 2, "pin_memory": False,
+                                                             "persistent_workers": True, "prefetch_factor": 4}}}
+    bench = {"name": "loader-benchmark", "for": "DAT010", "verdict": "confirmed", "reason": "the loader bounds the run"}
+    out = text.render([loader], ["rec/output.log"], [], record="rec", verdicts={"DAT010": [bench, sweep]})
+    lines = out.splitlines()
+    at = lines.index("       DataLoader(ds, batch_size=..., num_workers=1, persistent_workers=True, prefetch_factor=4)")
+    assert lines[at + 1] == "       measured instead: loader-sweep verified num_workers=2 (not 1); see below"
+    assert out.count("measured instead") == 1  # the agreeing settings and the other fix say nothing
+    assert "Confirm: gpufix confirm" not in out and "fix, verified: Use DataLoader(num_workers=2" in out
+    # only one of the two experiments ran: the hint stays; an unverified sweep contradicts nothing
+    partial = text.render([loader], ["rec/output.log"], [], record="rec",
+                          verdicts={"DAT010": [{**sweep, "verified": None}]})
+    assert "Confirm: gpufix confirm rec" in partial and "measured instead" not in partial
+    assert text.contradicted("f(pin_memory=True, x=1)", {"pin_memory": False, "x": 1}) == {"pin_memory": ("True", "False")}
