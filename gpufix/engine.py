@@ -178,6 +178,8 @@ def _fields(rule: Rule, result: _Result, refs: list[LineRef], facts: dict[str, s
     fields["count"] = str(len(refs) + result.overflow)  # lines, not pattern hits: one line may match twice
     if ranks:
         fields["ranks"] = ", ".join(map(str, ranks))
+        if len(ranks) == 1:  # every quoted line is one rank's: a message can name it ("Rank 1 stopped on ...")
+            fields["rank"] = str(ranks[0])
     if refs:
         fields["first_line"] = str(refs[0].line)
         fields["source"] = refs[0].source

@@ -55,7 +55,7 @@ DEFAULT_PRIORITY: dict[str, int] = {
     "nccl_hang": 40,
     "not_gpu": 10,
 }
-BUILTIN_FIELDS = ("count", "ranks", "first_line", "source",
+BUILTIN_FIELDS = ("count", "ranks", "rank", "first_line", "source",
                   # facts of a run record when known (meta.json environment, the probe); absent for a paste
                   "pytorch_cuda_alloc_conf", "cuda_visible_devices", "torch_version", "torch_cuda_build",
                   # the training DataLoader as the probe saw it (the first loader iterated)

@@ -276,3 +276,25 @@ def test_family_oom_advice_leaves_out_torch_for_julia_and_rust_logs() -> None:
     assert rust_finding.experiments == []
     assert [e["name"] for e in bare_finding.experiments] == ["batch-size-search", "mixed-precision-rerun"]
     assert frameworks_in(b"  [2] alloc @ ~/.julia/packages/CUDA/35NC6/src/pool.jl:259") == {"julia"}
+
+
+def test_a_workers_ordinary_error_names_its_rank_and_skips_the_exit_code_2_advice() -> None:
+    """Tried as a user (`gpufix run --nproc-per-node 2`, rank 1 raising a ValueError): DST042 said "A worker stopped
+    on ValueError" although its evidence was rank 1's line, and advised checking the script path for exit code 2.
+    The built-in `rank` field (every evidence line one rank's) names it; the exit-code-2 fix is for workers that
+    could not start."""
+    pack = load_ruleset()
+    scanner = LogScanner.for_rules(pack)
+    raised = (b"[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/srv/train.py\", line 11, in <module>\n"
+              b"[rank1]: ValueError: bad record in shard 1: label column missing\n"
+              b"E1203 16:08:31.000000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+              b"local_rank: 1 (pid: 16355) of binary: /usr/bin/python3\n")
+    [root] = [f for f in diagnose(scanner.scan_bytes(raised, "log"), pack).findings if f.consequence_of is None]
+    assert root.code == "DST042" and root.message.startswith("Rank 1 stopped on ValueError: bad record in shard 1")
+    assert not any("Exit code 2" in fix.title for fix in root.fixes)
+    missing = (b"/opt/venv/bin/python3: can't open file '/srv/jobs/pretrain.py': [Errno 2] No such file or directory\n"
+               b"E0511 08:00:01.000000 4411 torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: 2) "
+               b"local_rank: 0 (pid: 4420) of binary: /opt/venv/bin/python3\n")
+    [root] = [f for f in diagnose(scanner.scan_bytes(missing, "log"), pack).findings if f.consequence_of is None]
+    assert root.code == "DST042" and root.message.startswith("A worker could not start")
+    assert any("Exit code 2" in fix.title for fix in root.fixes)
