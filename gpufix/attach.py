@@ -101,6 +101,20 @@ def _alive(pid: int) -> bool:
     return info is not None and info.state != "Z"
 
 
+def output_file(pid: int) -> str | None:
+    """The regular file the job's stdout (else stderr) writes to, as `nohup python train.py > train.log 2>&1 &`
+    leaves it: the log `attach` follows when none is named. None for a terminal, a pipe, /dev/null, a deleted
+    file, or a process whose descriptors cannot be read (another user's)."""
+    for fd in (1, 2):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/") and not target.endswith(" (deleted)") and os.path.isfile(target):
+            return target
+    return None
+
+
 def attach(pid: int, record_parent: str, log: str | None = None, name: str | None = None,
            interval_s: float = 1.0, hang_timeout_s: float = 600.0, on_hang: str = "wait",
            source_factory: Callable[[], Any] = nvml_source, report: Callable[[HangReport], None] | None = None,

@@ -27,15 +27,24 @@ def attach_cmd(pid: int, log: str | None, record_dir: str | None, name: str | No
 
     \b
       gpufix attach 4242 --log train.log
+    Without --log, the file the job's stdout (or stderr) is redirected to is followed.
     Ctrl-C detaches and leaves the job running; it is never signalled (unless --on-hang kill).
     When the job ends, its log is diagnosed as `gpufix run` would.
     """
-    from gpufix.attach import attach
+    from gpufix.attach import attach, output_file
     from gpufix.report.run import summary_lines
     from gpufix.record.layout import record_parent
 
     parent = record_parent(record_dir, dict(os.environ))
     click.echo(f"gpufix: attached to pid {pid}; Ctrl-C detaches (the job keeps running)", err=True)
+    if log is None:
+        # a job started as `nohup python train.py > train.log 2>&1 &` writes its output to a file gpufix can follow
+        log = output_file(pid)
+        if log is not None:
+            click.echo(f"gpufix: following the job's output file {log} (--log FILE names another)", err=True)
+        else:
+            click.echo("gpufix: the job's output goes to a terminal or a pipe, which gpufix cannot read; "
+                       "name its log with --log FILE to have it diagnosed", err=True)
     result = attach(pid, parent, log=log, name=name, interval_s=interval, hang_timeout_s=hang_timeout, on_hang=on_hang)
     how = "detached; the job is still running" if result["detached"] else "the job has ended"
     lines = [f"gpufix: {how}. Record: {result['record_dir']}", *summary_lines(result["findings"])]

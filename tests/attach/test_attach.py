@@ -125,3 +125,47 @@ def test_attach_to_a_missing_pid_is_a_usage_error(tmp_path: Path) -> None:
 
     done = run_gpufix("attach", "999999999", "--record-dir", str(tmp_path))
     assert done.returncode == 2 and b"no running process" in done.stderr
+
+
+def test_without_log_the_file_the_jobs_stdout_goes_to_is_followed(tmp_path: Path) -> None:
+    """Tried as a user: `nohup python train.py > train.log 2>&1 &`, then `gpufix attach PID` without --log saw no
+    output at all and could diagnose nothing. The file the job's stdout is redirected to is now followed."""
+    script, log, go = tmp_path / "train.py", tmp_path / "train.log", tmp_path / "go"
+    script.write_text("import os, sys, time\nprint('step 0 loss 2.31', flush=True)\n"
+                      f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.02)\n"
+                      "print('step 1 loss nan', flush=True)\ntime.sleep(0.3)\n")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    runs = tmp_path / "runs"
+    watcher = subprocess.Popen([sys.executable, "-m", "gpufix", "attach", str(proc.pid), "--record-dir", str(runs),
+                                "--interval", "0", "--hang-timeout", "0"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not list(runs.glob("*/meta.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        go.touch()
+        _out, err = watcher.communicate(timeout=30)
+    finally:
+        proc.wait(timeout=10)
+        if watcher.poll() is None:
+            watcher.kill()
+    assert f"following the job's output file {log}" in err.decode(), err.decode()
+    record = next(runs.iterdir())
+    assert "step 1 loss nan" in (record / "output.log").read_text()
+    assert json.loads((record / "result.json").read_text())["findings"][0]["code"] == "NUM001"
+    assert watcher.returncode == 1  # findings
+
+
+def test_output_file_is_none_for_a_pipe(tmp_path: Path) -> None:
+    from gpufix.attach import output_file
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert output_file(proc.pid) is None
+    finally:
+        proc.kill()
+        proc.wait()
