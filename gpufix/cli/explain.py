@@ -54,7 +54,12 @@ def run_explain(inputs: list[str], fmt: str, brief: bool, rule_dirs: list[str]) 
     elif fmt == "markdown":
         from gpufix.report import markdown
 
-        sys.stdout.write(markdown.render(findings, sources, notes))
+        stored = None
+        if confirmed is not None:
+            from gpufix.experiments.results import verdicts_by_finding
+
+            stored = verdicts_by_finding(confirmed)
+        sys.stdout.write(markdown.render(findings, sources, notes, stored))
     else:
         from gpufix.report import text
         from gpufix.report.terminal import emit, use_color

@@ -87,8 +87,7 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
             lines.append("    " + s(f"… and {more} more", "dim"))
     # a fix verified by `gpufix confirm` outranks the rule's own estimate of the same setting: say so under the
     # estimate (tried: "num_workers=1 here" above a loader sweep that measured num_workers=2 faster)
-    measured = [(row.get("name"), (row.get("recommendation") or {}).get("change")) for row in verdicts or []
-                if row.get("verified") is True and isinstance((row.get("recommendation") or {}).get("change"), dict)]
+    measured = verified_changes(verdicts or [])
     if verbose and finding.fixes:
         lines.append("")
         lines.append("  " + s("Fixes, in the order to try them", "bold") + ":")
@@ -135,6 +134,12 @@ def contradicted(snippet: str | None, change: dict) -> dict[str, tuple[str, str]
             if advised != measured:
                 out[name] = (advised, measured)
     return out
+
+
+def verified_changes(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(experiment name, change) of each stored `gpufix confirm` result whose recommended change was verified."""
+    return [(str(row.get("name")), row["recommendation"]["change"]) for row in rows
+            if row.get("verified") is True and isinstance((row.get("recommendation") or {}).get("change"), dict)]
 
 
 def confirm_hint(finding: Finding, record: str | None) -> str:

@@ -135,3 +135,17 @@ def test_a_verified_fix_is_named_under_the_estimate_it_contradicts() -> None:
                           verdicts={"DAT010": [{**sweep, "verified": None}]})
     assert "Confirm: gpufix confirm rec" in partial and "measured instead" not in partial
     assert text.contradicted("f(pin_memory=True, x=1)", {"pin_memory": False, "x": 1}) == {"pin_memory": ("True", "False")}
+
+
+def test_markdown_shows_the_stored_verdicts_and_what_was_measured_instead() -> None:
+    """A confirmed record pasted as Markdown (`explain RECORD --format markdown`) said nothing of the experiments."""
+    loader = finding("DAT010", "slow_loader")._replace(
+        fixes=[RenderedFix("config", "Load batches in worker processes: 1 here", None,
+                           "DataLoader(ds, num_workers=1, persistent_workers=True)")])
+    sweep = {"name": "loader-sweep", "for": "DAT010", "verdict": "confirmed", "reason": "num_workers=2 runs 1.9x",
+             "verified": True, "recommendation": {"title": "Use DataLoader(num_workers=2)", "change": {"num_workers": 2}}}
+    out = markdown.render([loader], ["rec/output.log"], [], {"DAT010": [sweep]})
+    assert "   **Measured instead**: loader-sweep verified `num_workers=2` (not 1)" in out
+    assert "- **Confirmed** by `loader-sweep`: num_workers=2 runs 1.9x" in out
+    assert "  - fix (verified): Use DataLoader(num_workers=2)" in out
+    assert "Experiments" not in markdown.render([loader], ["a.log"], [])
