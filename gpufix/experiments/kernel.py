@@ -37,6 +37,10 @@ class CpuRerun(Experiment):
               "trial_timeout_s": (float, 150.0, "the most the trial may take")}
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
+        # an ordinary error of a job that saw no CUDA device (known, not merely unmeasured) was raised on the CPU already
+        if ctx.facts.get("cuda_available") is False and finding.get("gpu_related") is False:
+            return Skip(self.name, finding["code"], "the job already ran on the CPU (it saw no CUDA device): its own "
+                        "error is the readable one")
         params = self.with_defaults(params)
         steps = ctx.steps_through_failure(params["steps"])
         return Plan(self.name, finding["code"], f"re-run up to {steps} steps with CUDA hidden "

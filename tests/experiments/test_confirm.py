@@ -321,3 +321,18 @@ def test_a_trial_does_not_outlive_a_killed_confirm(tmp_path: Path) -> None:
     while (_job_processes(trial) or _job_processes("oom_batch.py")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _job_processes(trial) and not _job_processes("oom_batch.py")
+
+
+def test_an_ordinary_error_of_a_cpu_run_is_not_sent_to_the_cpu_rerun(tmp_path: Path) -> None:
+    """Tried as a user: a CPU-only job's IndexError was followed by 'Confirm: gpufix confirm ... (cpu-rerun)', an
+    experiment that hides CUDA to get the readable CPU error the job had just printed. The diagnosis no longer offers
+    it (gpu_used is 'no' when the probe saw no CUDA device) and confirm does not run it for such a record."""
+    record = failed_run(tmp_path, "cpu_index_error.py", expect=1)
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    assert findings[0]["code"] == "GEN013" and findings[0]["experiments"] == [], findings[0]
+    done = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", "-q", "--format", "json", "--only", "cpu-rerun",
+                           str(record)], capture_output=True, env=env(), timeout=300)
+    assert b"Traceback" not in done.stderr, done.stderr.decode()
+    data = json.loads(done.stdout)
+    assert data["experiments"] == [] and data["summary"]["ran"] is False
+    assert [(s["name"], "already ran on the CPU" in s["reason"]) for s in data["skipped"]] == [("cpu-rerun", True)]
