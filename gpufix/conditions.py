@@ -72,8 +72,9 @@ def fill(template: str, fields: dict[str, str]) -> str | None:
 
 
 def parse_condition(text: str) -> tuple[str, str, str | None]:
-    """Split a guard into (field, operator, value); raises ValueError when malformed."""
-    match = _CONDITION.match(text)
+    """Split a guard into (field, operator, value); raises ValueError when malformed. A leading `not ` negates the
+    guard (`holds`); it is left out here, where only the field and the form are checked."""
+    match = _CONDITION.match(text.strip().removeprefix("not "))
     if not match:
         raise ValueError(
             f"cannot read condition {text!r} (expected 'FIELD OP VALUE' with OP one of "
@@ -87,7 +88,10 @@ def parse_condition(text: str) -> tuple[str, str, str | None]:
 
 def holds(condition: str, fields: dict[str, str]) -> bool:
     """Whether a guard holds for these field values. A missing field never satisfies a comparison
-    (but it does "not contain" anything: `!~` holds for it)."""
+    (but it does "not contain" anything: `!~` holds for it). `not GUARD` holds where GUARD does not, a missing
+    field included: `not job_cpu < 50` for "known to be 50 or more, or not measured"."""
+    if condition.strip().startswith("not "):
+        return not holds(condition.strip()[4:], fields)
     name, op, expected = parse_condition(condition)
     actual = fields.get(name)
     if op == "is set":

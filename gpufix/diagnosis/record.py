@@ -189,3 +189,5 @@ def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]], fact
         ranks = facts.get("ranks") or [0]
         per_process = loader["cpus_usable"] // max(1, len(ranks))  # type: ignore[arg-type]
         evidence.facts.setdefault("workers_suggested", str(max(1, min(8, per_process - 1))))
+        # a loader that waits on storage, the network or sleeps rather than the CPU gains from more workers than CPUs
+        evidence.facts.setdefault("workers_suggested_io", str(max(2, min(8, 2 * per_process))))

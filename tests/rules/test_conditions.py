@@ -66,6 +66,14 @@ def test_contains_and_does_not_contain() -> None:
     assert not conditions.holds("other ~ x", fields)
 
 
+def test_not_negates_a_guard_a_missing_field_included() -> None:
+    """`not job_cpu < 50`: measured at 50 or more, or not measured at all (DAT010's CPU-bound advice)."""
+    assert conditions.holds("not job_cpu < 50", {"job_cpu": "71"})
+    assert not conditions.holds("not job_cpu < 50", {"job_cpu": "5"})
+    assert conditions.holds("not job_cpu < 50", {})
+    assert conditions.parse_condition("not job_cpu < 50") == ("job_cpu", "<", "50")
+
+
 KEYS = '"conv1.weight", "bn1.weight", "bn1.bias", "layer1.0.conv1.weight", "fc.weight"'
 
 
