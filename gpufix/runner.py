@@ -105,6 +105,46 @@ def is_launcher_option(arg: str) -> bool:
     return arg.split("=", 1)[0] in _LAUNCHER_OPTIONS
 
 
+_LAUNCHER_FLAGS = frozenset({"--standalone"})  # the torchrun options above that take no value
+
+
+def hoist_own_options(args: list[str]) -> list[str]:
+    """`run --nproc-per-node 2 --hang-timeout 10 train.py` as `run --hang-timeout 10 --nproc-per-node 2 train.py`:
+    gpufix's own options among the torchrun options that open the command are gpufix's, not torchrun's (tried:
+    torchrun refused `--hang-timeout` with exit status 2). Only that prefix is read; from the script on, and after
+    `--`, every argument is the job's."""
+    if len(args) < 2 or args[0] != "run":
+        return args
+    rest = args[1:]
+    i = 0
+    while i < len(rest) and rest[i] != "--" and rest[i].startswith("-") and not is_launcher_option(rest[i]):
+        i += 2 if rest[i] in VALUE_OPTIONS else 1  # gpufix's options before the command, as they were
+    if i >= len(rest) or not is_launcher_option(rest[i]):
+        return args
+    own: list[str] = []
+    launcher: list[str] = []
+    j = i
+    while j < len(rest):
+        arg = rest[j]
+        name = arg.split("=", 1)[0]
+        if is_launcher_option(arg):
+            takes = "=" not in arg and name not in _LAUNCHER_FLAGS
+            launcher += rest[j:j + 2] if takes else [arg]
+            j += 2 if takes else 1
+        elif name in VALUE_OPTIONS:
+            takes = "=" not in arg
+            own += rest[j:j + 2] if takes else [arg]
+            j += 2 if takes else 1
+        elif arg in FLAG_OPTIONS:
+            own.append(arg)
+            j += 1
+        else:
+            break  # the script (or torchrun's -m, --no-python ...): the job's from here on
+    if not own:
+        return args
+    return ["run", *rest[:i], *own, *launcher, *rest[j:]]
+
+
 def job_argv(command: tuple[str, ...] | list[str], after_dashdash: bool) -> list[str]:
     """`train.py ARGS` runs with this Python; `--nproc-per-node N [torchrun options] train.py ARGS` through
     PyTorch's own launcher (`python -m torch.distributed.run`), never one of gpufix's; after `--`, the

@@ -25,8 +25,9 @@ def simple_args(args: list[str]) -> dict[str, Any] | None:
     """
     if not args or args[0] != "run":
         return None
-    from gpufix.runner import DEFAULTS, FLAG_OPTIONS, VALUE_OPTIONS, is_launcher_option
+    from gpufix.runner import DEFAULTS, FLAG_OPTIONS, VALUE_OPTIONS, hoist_own_options, is_launcher_option
 
+    args = hoist_own_options(args)
     parsed: dict[str, Any] = dict(DEFAULTS)
     rest = args[1:]
     i = 0
@@ -96,6 +97,7 @@ def build_command() -> Any:
 
     class _RunCommand(click.Command):
         def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+            args = runner.hoist_own_options(["run", *args])[1:]
             ctx.meta["gpufix.run.dashdash"] = dashdash_first(list(args))
             return super().parse_args(ctx, args)
 

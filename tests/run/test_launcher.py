@@ -53,3 +53,38 @@ def test_gpufix_run_launches_ranks_through_torchrun(tmp_path: Path, options: lis
     assert "rank 0 of 2 sum 2" in out and "rank 1 of 2 sum 2" in out
     (record,) = records(tmp_path / "runs")
     assert json.loads((record / "meta.json").read_text())["command"][1:4] == ["-m", "torch.distributed.run", options[0]]
+
+
+def test_gpufix_options_among_torchruns_are_gpufixs() -> None:
+    """Tried as a user: `gpufix run --nproc-per-node 2 --hang-timeout 10 --on-hang kill train.py` handed
+    --hang-timeout to torchrun, which refused it (exit status 2). gpufix's options in the torchrun prefix are taken
+    out for gpufix, on the fast path and click's; from the script on, and after `--`, everything is the job's."""
+    from gpufix.cli.run import simple_args
+    from gpufix.runner import hoist_own_options
+
+    parsed = simple_args(["run", "--nproc-per-node", "2", "--hang-timeout", "10", "--on-hang=kill", "--standalone",
+                          "train.py", "--hang-timeout", "3"])
+    assert parsed is not None and parsed["hang_timeout"] == 10 and parsed["on_hang"] == "kill"
+    assert parsed["command"] == ["--nproc-per-node", "2", "--standalone", "train.py", "--hang-timeout", "3"]
+    kept = [["run", "--", "torchrun", "--nproc-per-node", "2", "--hang-timeout", "1", "t.py"],
+            ["run", "t.py", "--nproc-per-node", "2", "--on-hang", "kill"], ["run", "--nproc-per-node", "2", "t.py"]]
+    for argv in kept:
+        assert hoist_own_options(argv) == argv
+    assert hoist_own_options(["run", "-v", "--nproc-per-node=2", "--name", "x", "t.py"]) == [
+        "run", "-v", "--name", "x", "--nproc-per-node=2", "t.py"]
+
+
+def test_click_path_takes_gpufix_options_among_torchruns_too(tmp_path: Path) -> None:
+    """The same through click: a bundled `-vv`, which the fast path leaves to click, sends the whole line there."""
+    from gpufix.cli.run import simple_args
+
+    argv = ["run", "--record-dir", "runs", "-vv", "--nproc-per-node", "2", "--master-port", free_port(),
+            "--hang-timeout", "0", "--interval=0", "job.py"]
+    assert simple_args(argv) is None  # click's
+    (tmp_path / "job.py").write_text(JOB)
+    done = subprocess.run([PY, "-m", "gpufix", *argv], cwd=tmp_path, capture_output=True, env=env(), timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert "rank 1 of 2 sum 2" in done.stdout.decode()
+    (record,) = records(tmp_path / "runs")
+    command = json.loads((record / "meta.json").read_text())["command"]
+    assert "--hang-timeout" not in command and "--interval=0" not in command and "--nproc-per-node" in command
