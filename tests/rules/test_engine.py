@@ -231,16 +231,25 @@ def test_rapids_out_of_memory_gets_rapids_advice_not_a_training_jobs() -> None:
     assert cut[0].code == "MEM019" and "cuda_memo" not in cut[0].message
 
 
+_BUILTIN: list = []
+
+
+def builtin_findings(log: bytes) -> list:  # type: ignore[type-arg]
+    """The built-in pack's findings for a pasted log (the pack loaded once for these tests)."""
+    if not _BUILTIN:
+        pack = load_ruleset()
+        _BUILTIN.append((pack, LogScanner.for_rules(pack)))
+    pack, scanner = _BUILTIN[0]
+    return diagnose(scanner.scan_bytes(log, "log"), pack).findings
+
+
 def test_julia_out_of_memory_gets_julia_advice_not_pytorch_snippets() -> None:
     """The built-in pack: without MEM022, CUDA.jl's OutOfGPUMemoryError is read by the family rule MEM900, whose fixes
     are PyTorch snippets (torch.autocast, gradient_checkpointing_enable); MEM022 names CUDA.jl and quotes its report."""
-    pack = load_ruleset()
-    scanner = LogScanner.for_rules(pack)
-    log = (b"ERROR: LoadError: Out of GPU memory trying to allocate 2.000 GiB\n"
-           b"Effective GPU memory usage: 99.62% (23.897 GiB/23.988 GiB)\n"
-           b"Memory pool usage: 21.431 GiB (22.000 GiB reserved)\n"
-           b"Stacktrace:\n  [1] alloc at /home/user/.julia/packages/CUDA/35NC6/src/pool.jl:267 [inlined]\n")
-    findings = diagnose(scanner.scan_bytes(log, "log"), pack).findings
+    findings = builtin_findings(b"ERROR: LoadError: Out of GPU memory trying to allocate 2.000 GiB\n"
+                                b"Effective GPU memory usage: 99.62% (23.897 GiB/23.988 GiB)\n"
+                                b"Memory pool usage: 21.431 GiB (22.000 GiB reserved)\n"
+                                b"Stacktrace:\n  [1] alloc at /home/user/.julia/packages/CUDA/35NC6/src/pool.jl:267 [inlined]\n")
     assert [f.code for f in findings] == ["MEM022"]
     assert "2.000 GiB" in findings[0].message and "99.62%" in findings[0].message
     snippets = " ".join(fix.snippet or "" for fix in findings[0].fixes)
@@ -283,18 +292,16 @@ def test_a_workers_ordinary_error_names_its_rank_and_skips_the_exit_code_2_advic
     on ValueError" although its evidence was rank 1's line, and advised checking the script path for exit code 2.
     The built-in `rank` field (every evidence line one rank's) names it; the exit-code-2 fix is for workers that
     could not start."""
-    pack = load_ruleset()
-    scanner = LogScanner.for_rules(pack)
     raised = (b"[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/srv/train.py\", line 11, in <module>\n"
               b"[rank1]: ValueError: bad record in shard 1: label column missing\n"
               b"E1203 16:08:31.000000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
               b"local_rank: 1 (pid: 16355) of binary: /usr/bin/python3\n")
-    [root] = [f for f in diagnose(scanner.scan_bytes(raised, "log"), pack).findings if f.consequence_of is None]
+    [root] = [f for f in builtin_findings(raised) if f.consequence_of is None]
     assert root.code == "DST042" and root.message.startswith("Rank 1 stopped on ValueError: bad record in shard 1")
     assert not any("Exit code 2" in fix.title for fix in root.fixes)
     missing = (b"/opt/venv/bin/python3: can't open file '/srv/jobs/pretrain.py': [Errno 2] No such file or directory\n"
                b"E0511 08:00:01.000000 4411 torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: 2) "
                b"local_rank: 0 (pid: 4420) of binary: /opt/venv/bin/python3\n")
-    [root] = [f for f in diagnose(scanner.scan_bytes(missing, "log"), pack).findings if f.consequence_of is None]
+    [root] = [f for f in builtin_findings(missing) if f.consequence_of is None]
     assert root.code == "DST042" and root.message.startswith("A worker could not start")
     assert any("Exit code 2" in fix.title for fix in root.fixes)
