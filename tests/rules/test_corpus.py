@@ -137,6 +137,8 @@ def rows():  # type: ignore[no-untyped-def]
 # LLMs, discrete diffusion, tokenizers), 83.3% / 100% before any tuning.
 # 89.4% / 97.1% on 5760 cases with rep57a-d, 165 more (clusters, consumer GPUs, mixed precision, hosted notebooks; 58 GPU
 # failures), 79.3% / 100% before any tuning.
+# 89.5% / 97.1% on 5791 cases with rep58a-c, 70 more (native Windows, older GPUs, containers; 39 GPU failures),
+# 82.1% / 96.8% before any tuning.
 VALIDATION_GPU_TOP1 = 0.885
 VALIDATION_ORDINARY_CLEAN = 0.955
 
