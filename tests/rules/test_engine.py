@@ -305,3 +305,10 @@ def test_a_workers_ordinary_error_names_its_rank_and_skips_the_exit_code_2_advic
     [root] = [f for f in builtin_findings(missing) if f.consequence_of is None]
     assert root.code == "DST042" and root.message.startswith("A worker could not start")
     assert any("Exit code 2" in fix.title for fix in root.fixes)
+
+
+def test_lightnings_no_gpu_summary_is_named_not_left_to_the_family_rule() -> None:
+    """Tried as a user (a Lightning job on a machine without a GPU): its standard "GPU available: False, used: False"
+    came out as ENV900's "a wording gpufix does not know exactly". ENV041 names it, and the family rule steps aside."""
+    codes = [f.code for f in builtin_findings(b"GPU available: False, used: False\nTPU available: False, using: 0 TPU cores\n")]
+    assert codes == ["ENV041"]
