@@ -4,7 +4,7 @@ loader-benchmark times the job's steps as they are and with every batch served f
 (the probe's `cache_batches` knob: the step alone, no loading); whichever is slower bounds the
 run. loader-sweep re-runs a few seconds of training per setting of `num_workers` (up to the CPUs
 this process may use), `pin_memory` (only with a GPU), `persistent_workers` and `prefetch_factor`,
-and verifies the fastest against the job's own setting in a second, alternating measurement. Both compare
+and verifies the fastest against the job's own setting in a second, alternating measurement. Both experiments compare
 throughput (steps after warm-up over their total time), never a median step, which prefetching makes fast.
 """
 
@@ -36,11 +36,17 @@ def _rate(trial: Trial) -> float | None:
     return len(times) / sum(times) if times and sum(times) > 0 else None
 
 
-def _row(setting: dict[str, Any], trial: Trial) -> dict[str, Any]:
-    """A trial of the sweep as a measurement row; its step time is the mean (what throughput is made of)."""
+def _mean_step(trial: Trial) -> float | None:
+    """Seconds per step after warm-up, from throughput (`_rate`)."""
     rate = _rate(trial)
-    return {"setting": setting, "steps_per_s": _round(rate), **trial.summary(),
-            "step_time_ms": None if not rate else round(1000.0 / rate, 2)}
+    return 1.0 / rate if rate else None
+
+
+def _row(setting: dict[str, Any] | None, trial: Trial) -> dict[str, Any]:
+    """A trial as a measurement row; its step time is the mean (what throughput is made of)."""
+    rate = _rate(trial)
+    row = {"steps_per_s": _round(rate), **trial.summary(), "step_time_ms": None if not rate else round(1000.0 / rate, 2)}
+    return row if setting is None else {"setting": setting, **row}
 
 
 class LoaderBenchmark(Experiment):
@@ -67,33 +73,34 @@ class LoaderBenchmark(Experiment):
         ctx.progress(f"{self.name}: {steps} steps on cached batches")
         cached = run_trial(ctx, self.name, "cached", {"stop_after_steps": steps, "cache_batches": True},
                            budget_s=timeout)
-        measurements: dict[str, Any] = {"trials": [real.summary(), cached.summary()]}
-        if not (real.completed and cached.completed) or not (real.step_time_s and cached.step_time_s):
+        measurements: dict[str, Any] = {"trials": [_row(None, real), _row(None, cached)]}
+        real_step, alone = _mean_step(real), _mean_step(cached)
+        if not (real.completed and cached.completed) or not (real_step and alone):
             bad = real if not real.completed else cached
             return self.result(plan, INCONCLUSIVE, f"a re-run did not complete its steps: {bad.outcome}",
                                measurements, started)
-        ratio = real.step_time_s / cached.step_time_s
-        wait = real.data_wait_s or 0.0
-        measurements.update({"step_time_ms": round(real.step_time_s * 1000, 2),
-                             "step_alone_ms": round(cached.step_time_s * 1000, 2),
+        ratio = real_step / alone
+        wait = sum(real.data_waits_s) / len(real.data_waits_s) if real.data_waits_s else 0.0
+        measurements.update({"step_time_ms": round(real_step * 1000, 2),
+                             "step_alone_ms": round(alone * 1000, 2),
                              "data_wait_ms": round(wait * 1000, 2),
-                             "data_wait_fraction": round(min(1.0, wait / real.step_time_s), 3),
+                             "data_wait_fraction": round(min(1.0, wait / real_step), 3),
                              "loader_bound_ratio": round(ratio, 2)})
         # With num_workers=0 the loader runs inside next() and nothing else: its whole cost is the data wait.
         # A step slower than the wait explains is the machine's noise (a shared CI box), not the loader.
         in_process = (ctx.main_loader() or {}).get("num_workers") == 0
-        unexplained = ratio >= BOTTLENECK_RATIO and in_process and wait < (real.step_time_s - cached.step_time_s) / 3
-        if unexplained and real.step_time_s < BOTTLENECK_RATIO * (real.step_time_s - wait):
-            return self.result(plan, REFUTED, f"a step takes {real.step_time_s * 1000:.1f} ms with the loader and "
-                               f"{cached.step_time_s * 1000:.1f} ms alone, but it waits only {wait * 1000:.1f} ms for "
+        unexplained = ratio >= BOTTLENECK_RATIO and in_process and wait < (real_step - alone) / 3
+        if unexplained and real_step < BOTTLENECK_RATIO * (real_step - wait):
+            return self.result(plan, REFUTED, f"a step takes {real_step * 1000:.1f} ms with the loader and "
+                               f"{alone * 1000:.1f} ms alone, but it waits only {wait * 1000:.1f} ms for "
                                "data; the loader runs in the job's own process, so the rest is the machine's noise: "
                                "the step itself, not the loader, sets the pace", measurements, started)
         if ratio >= BOTTLENECK_RATIO:
-            return self.result(plan, CONFIRMED, f"a step takes {real.step_time_s * 1000:.1f} ms with the loader and "
-                               f"{cached.step_time_s * 1000:.1f} ms alone ({ratio:.1f}x): the loader bounds the run",
+            return self.result(plan, CONFIRMED, f"a step takes {real_step * 1000:.1f} ms with the loader and "
+                               f"{alone * 1000:.1f} ms alone ({ratio:.1f}x): the loader bounds the run",
                                measurements, started)
-        return self.result(plan, REFUTED, f"a step takes {real.step_time_s * 1000:.1f} ms with the loader and "
-                           f"{cached.step_time_s * 1000:.1f} ms alone ({ratio:.2f}x): the step itself, not the loader, "
+        return self.result(plan, REFUTED, f"a step takes {real_step * 1000:.1f} ms with the loader and "
+                           f"{alone * 1000:.1f} ms alone ({ratio:.2f}x): the step itself, not the loader, "
                            "sets the pace", measurements, started)
 
 

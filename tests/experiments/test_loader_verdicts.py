@@ -54,3 +54,22 @@ def test_workers_that_slow_the_step_without_a_wait_still_bound_it(tmp_path: Path
 def test_a_step_that_dominates_is_refuted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     row = verdict(tmp_path, monkeypatch, 0, (0.0245, 0.0003), 0.0240)
     assert row["verdict"] == REFUTED and "noise" not in row["reason"], row
+
+
+def test_prefetched_batches_do_not_hide_a_starved_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workers prefetching, most measured steps take a batch already queued (2 ms) and the rest wait for one
+    (80 ms): the median step (2 ms) matched the step alone and refuted a loader that delivered a batch every 30 ms.
+    Throughput (steps over their time) is what the verdict reads."""
+    steps = [0.002] * 18 + [0.080] * 10
+    waits = [0.0005] * 18 + [0.078] * 10
+    trials = {"as-is": Trial("as-is", None, 0, False, 1.0, 30, {"steps": 30}, steps, waits, None, None, [], [], None,
+                             None, {}, ""),
+              "cached": trial("cached", 0.002, 0.0)}
+    monkeypatch.setattr(loader, "run_trial", lambda ctx, name, label, knobs, budget_s: trials[label])
+    ctx = Context(tmp_path, {}, {}, ["python", "train.py"], str(tmp_path), {"loaders": [{"num_workers": 4}]},
+                  600, lambda _line: None)
+    bench = loader.LoaderBenchmark()
+    row = bench.run(ctx, bench.plan(ctx, {"code": "DAT010"}, {})).to_dict()
+    assert row["verdict"] == CONFIRMED, row
+    assert row["measurements"]["step_time_ms"] == round(1000 * sum(steps) / len(steps), 2)
+    assert row["measurements"]["loader_bound_ratio"] > 10
