@@ -16,12 +16,13 @@ from gpufix.evidence import Evidence, ExceptionRecord, Hit, LineRef
 
 def add_record_evidence(evidence: Evidence, record_dir: str, scanner: LogScanner) -> None:
     """Everything of a record beyond its output.log: stack dumps (a hang: text for the same
-    rules, rules/hangs), the flight-recorder reading (rules/distributed) and the measurements
+    rules, rules/hangs), the flight-recorder reading (rules/distributed), what faulthandler wrote when
+    a process crashed (its Python stacks: the job's stderr has only the signal) and the measurements
     (`add_record_measurements`)."""
     from gpufix.record.reader import Record
 
     record = Record(record_dir)
-    for dump in [*record.stack_dumps, *filter(None, [record.flight_report]), *record.rank_errors]:
+    for dump in [*record.stack_dumps, *filter(None, [record.flight_report]), *record.rank_errors, *record.fault_logs]:
         try:
             with open_input(dump) as stream:
                 evidence.merge(scan(scanner, stream, dump))

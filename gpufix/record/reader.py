@@ -142,10 +142,16 @@ class Record:
         """The tracebacks of the ranks' torchelastic error files that gpufix kept (ranks/*.txt)."""
         return self._text_files(RANKS)
 
-    def _text_files(self, folder_name: str) -> list[str]:
+    @property
+    def fault_logs(self) -> list[str]:
+        """What faulthandler wrote in the job's processes when one crashed (probe/faults-<pid>.log: the Python stacks
+        of a segmentation fault, abort or bus error), non-empty regular files only."""
+        return [path for path in self._text_files(PROBE, prefix="faults-", suffix=".log") if os.path.getsize(path) > 0]
+
+    def _text_files(self, folder_name: str, prefix: str = "", suffix: str = ".txt") -> list[str]:
         folder = self.file(folder_name)
         try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".txt"))
+            names = sorted(n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(suffix))
         except OSError:
             return []
         return [path for path in (os.path.join(folder, n) for n in names) if os.path.isfile(path)]

@@ -78,3 +78,19 @@ def test_closed_standard_streams_keep_the_status_and_the_record_clean(tmp_path: 
     (log,) = records(tmp_path)
     assert sorted((log / "output.log").read_bytes().splitlines()) == [b"err", b"out"]
     assert b"internal error" not in result.stdout + result.stderr
+
+
+def test_a_segfault_is_diagnosed_from_the_stack_faulthandler_recorded(tmp_path: Path) -> None:
+    """Tried as a user: a job that died of SIGSEGV got "no known failure pattern", although the probe's faulthandler
+    had written the Python stacks into the record (probe/faults-<pid>.log). The record's fault logs are read, and
+    GEN023 names the crash and the job's own line."""
+    import json
+
+    job = tmp_path / "job.py"
+    job.write_text("import ctypes, torch\nprint('step 1 loss 0.5', flush=True)\nctypes.string_at(0)\n")  # the probe starts with torch
+    done = subprocess.run([*gpufix_run(tmp_path / "runs"), str(job)], capture_output=True, env=env(), timeout=120)
+    assert done.returncode == 128 + signal.SIGSEGV, done.stderr.decode()[-2000:]
+    (record,) = records(tmp_path / "runs")
+    [root] = [f for f in json.loads((record / "result.json").read_text())["findings"] if f["consequence_of"] is None]
+    assert root["code"] == "GEN023" and "Segmentation fault" in root["message"], root
+    assert f"({job}:3)" in root["message"], root["message"]
