@@ -47,6 +47,7 @@ def add_record_measurements(evidence: Evidence, record: Record, scanner: LogScan
         _add_series(evidence, _output_rate(record))
         if record.has_probe:
             _add_probe(evidence, record, scanner)
+        _add_exit_line(evidence, record, scanner)
     except OSError as exc:
         evidence.notes.append(f"{record.path}: cannot read its measurements ({exc.strerror or exc})")
 
@@ -62,6 +63,23 @@ def _scan_at_lines(scanner: LogScanner, lines: list[tuple[int, str]], source: st
     found.hits = {index: [Hit(tuple(moved(r) for r in hit.lines), hit.groups) for hit in hits]
                   for index, hits in found.hits.items()}
     return found
+
+
+def _add_exit_line(evidence: Evidence, record: Record, scanner: LogScanner) -> None:
+    """A SIGKILL that gpufix did not send (not forwarded, not --on-hang kill) as a line rules can read: the job's
+    output says nothing of it (the kernel's out-of-memory killer, a scheduler's limit or a `kill -9` leave no
+    message), and the peak host memory of the job's processes that gpufix sampled goes with it."""
+    from gpufix.record.layout import RESULT
+
+    result = record.result
+    if result.get("signal") != "SIGKILL" or "SIGKILL" in (result.get("forwarded_signals") or []):
+        return
+    if any(isinstance(h, dict) and h.get("killed") for h in result.get("hangs") or []):
+        return
+    rss = [s.value for s in evidence.series.get("host.rss_mib", [])]
+    held = f"; its processes held {max(rss):.0f} MiB of host memory at gpufix's last samples" if rss else ""
+    line = f"# gpufix-exit: the job was killed by SIGKILL (exit status 137), a signal gpufix did not send{held}"
+    evidence.merge(_scan_at_lines(scanner, [(1, line)], record.file(RESULT)))
 
 
 def _add_meta_facts(evidence: Evidence, meta: dict[str, object]) -> None:

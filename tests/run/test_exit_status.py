@@ -94,3 +94,21 @@ def test_a_segfault_is_diagnosed_from_the_stack_faulthandler_recorded(tmp_path: 
     [root] = [f for f in json.loads((record / "result.json").read_text())["findings"] if f["consequence_of"] is None]
     assert root["code"] == "GEN023" and "Segmentation fault" in root["message"], root
     assert f"({job}:3)" in root["message"], root["message"]
+
+
+def test_a_sigkill_from_outside_is_read_as_the_likely_out_of_memory_killer(tmp_path: Path) -> None:
+    """Tried as a user: a job killed by SIGKILL (what the kernel's out-of-memory killer sends) got "no known failure
+    pattern": its output says nothing. The record knows gpufix did not send the signal; GEN012 reads it, with the
+    host memory gpufix sampled."""
+    import json
+
+    job = tmp_path / "job.py"
+    job.write_text("import os, signal, time\nprint('epoch 1 step 10 loss 0.42', flush=True)\ntime.sleep(1.5)\n"
+                   "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([*gpufix_run(tmp_path / "runs", "--interval", "0.2"), str(job)], capture_output=True, env=env(),
+                          timeout=120)
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr.decode()[-2000:]
+    (record,) = records(tmp_path / "runs")
+    [root] = [f for f in json.loads((record / "result.json").read_text())["findings"] if f["consequence_of"] is None]
+    assert root["code"] == "GEN012" and "which gpufix did not send" in root["message"], root
+    assert "MiB at gpufix's last samples" in root["message"], root["message"]
