@@ -163,6 +163,10 @@ class MixedPrecisionRerun(Experiment):
               "trial_timeout_s": (float, 120.0, "the most one trial may take")}
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
+        # it compares peak memory, so it can say something of an out-of-memory finding only (tried: a NaN loss got
+        # "the job's steps did not run out of memory in full precision this time: nothing to compare")
+        if finding.get("category") not in (None, "oom"):
+            return Skip(self.name, finding["code"], "it measures memory, and this finding is not about memory")
         size, _source = original_batch_size(ctx)  # None: the job's own batches, as it runs them
         if ctx.facts.get("precision") in ("bf16", "fp16", "mixed"):
             return Skip(self.name, finding["code"], f"the run already used {ctx.facts.get('precision')} autocast")

@@ -350,3 +350,17 @@ def test_an_ordinary_error_of_a_cpu_run_is_not_sent_to_the_cpu_rerun(tmp_path: P
     data = json.loads(done.stdout)
     assert data["experiments"] == [] and data["summary"]["ran"] is False
     assert [(s["name"], "already ran on the CPU" in s["reason"]) for s in data["skipped"]] == [("cpu-rerun", True)]
+
+
+def test_a_nan_is_not_sent_to_the_memory_experiment(tmp_path: Path) -> None:
+    """Tried as a user (`gpufix run --confirm` on a loss that diverged in fp32): mixed-precision-rerun, listed by the
+    NaN rules, ran and answered "did not run out of memory in full precision this time: nothing to compare". It
+    measures memory: the NaN rules no longer list it, and named with --only it skips a finding that is not an OOM."""
+    record = failed_run(tmp_path, "nan_job.py", expect=0)
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    nan = [f for f in findings if f["category"] == "nan_loss"]
+    assert nan and all("mixed-precision-rerun" not in [e["name"] for e in f["experiments"]] for f in nan), nan
+    _rc, data = confirm(record, "--only", "mixed-precision-rerun")
+    assert data["experiments"] == [], data
+    skipped = [s for s in data["skipped"] if s["name"] == "mixed-precision-rerun"]
+    assert skipped and all("not about memory" in s["reason"] for s in skipped), data["skipped"]
