@@ -127,19 +127,12 @@ def hoist_own_options(args: list[str]) -> list[str]:
     while j < len(rest):
         arg = rest[j]
         name = arg.split("=", 1)[0]
-        if is_launcher_option(arg):
-            takes = "=" not in arg and name not in _LAUNCHER_FLAGS
-            launcher += rest[j:j + 2] if takes else [arg]
-            j += 2 if takes else 1
-        elif name in VALUE_OPTIONS:
-            takes = "=" not in arg
-            own += rest[j:j + 2] if takes else [arg]
-            j += 2 if takes else 1
-        elif arg in FLAG_OPTIONS:
-            own.append(arg)
-            j += 1
-        else:
+        mine = name in VALUE_OPTIONS or arg in FLAG_OPTIONS
+        if not mine and not is_launcher_option(arg):
             break  # the script (or torchrun's -m, --no-python ...): the job's from here on
+        takes = "=" not in arg and arg not in FLAG_OPTIONS and name not in _LAUNCHER_FLAGS  # a value follows
+        (own if mine else launcher).extend(rest[j:j + 2] if takes else [arg])
+        j += 2 if takes else 1
     if not own:
         return args
     return ["run", *rest[:i], *own, *launcher, *rest[j:]]

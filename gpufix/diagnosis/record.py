@@ -176,9 +176,9 @@ def _add_run_facts(evidence: Evidence, facts: dict[str, object], probe_dir: str)
     if facts.get("steps"):
         if facts.get("cuda_ever_allocated") is not None:
             evidence.facts.setdefault("gpu_used", "yes" if facts["cuda_ever_allocated"] else "no")
+        evidence.facts.setdefault("loader_used", "yes" if facts.get("loaders") else "no")
     if facts.get("cuda_available") is False:  # no CUDA device at all: whatever ran, before a step or not, ran on the CPU
         evidence.facts.setdefault("gpu_used", "no")
-        evidence.facts.setdefault("loader_used", "yes" if facts.get("loaders") else "no")
     for process in facts.get("processes") or ():  # type: ignore[attr-defined]
         total = process.get("data_wait_total_s")
         if isinstance(total, (int, float)) and process.get("steps"):

@@ -6,8 +6,6 @@ is on, so a CI log and a terminal show the same lines.
 
 from __future__ import annotations
 
-import re
-
 from gpufix.findings import Finding
 
 TYPE_CHECKING = False
@@ -116,9 +114,6 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
     return lines
 
 
-_SETTING = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*([\w.+-]+)")
-
-
 def _literal(value: object) -> str:
     """A setting's value as Python source spells it (`True`, `4`, `'x'` as `x`), so a snippet and a JSON change compare."""
     return repr(value) if isinstance(value, bool) else str(value)
@@ -127,8 +122,10 @@ def _literal(value: object) -> str:
 def contradicted(snippet: str | None, change: dict) -> dict[str, tuple[str, str]]:  # type: ignore[type-arg]
     """The settings a fix's snippet gives other values than a verified change: name -> (advised, measured).
     `DataLoader(num_workers=1, ...)` against a measured `{"num_workers": 2}` gives {"num_workers": ("1", "2")}."""
+    import re  # only with stored verdicts: not on explain's start-up path
+
     out: dict[str, tuple[str, str]] = {}
-    for name, advised in _SETTING.findall(snippet or ""):
+    for name, advised in re.findall(r"\b([A-Za-z_]\w*)\s*=\s*([\w.+-]+)", snippet or ""):
         if name in change and not isinstance(change[name], (dict, list)):
             measured = _literal(change[name])
             if advised != measured:
