@@ -123,6 +123,9 @@ SIGNALS = (
     # --- the job's process tree, from telemetry.jsonl's host lines -----------------------------
     Signal("host.cpu_pct", "cpu_pct", "%", NONE, HOST, "CPU", "job's CPU use (100 a core)"),
     Signal("host.rss_mib", "rss_mib", "MiB", NONE, HOST, "RSS", "job's resident memory"),
+    # the machine's (or the cgroup limit's) memory left and in all: what the out-of-memory killer acts on
+    Signal("host.avail_mib", "avail_mib", "MiB", NONE, HOST, "host free", "host memory available"),
+    Signal("host.total_mib", "total_mib", "MiB", NONE, HOST, "host RAM", "host memory in all (or the cgroup limit)"),
     # --- the job's output: bytes per second from output.idx, time held up from result.json ---
     Signal("output.bytes_per_s", "length", "B/s", NONE, OUTPUT, "output", "output bytes per second"),
     Signal("output.blocked_frac", "output_blocked_s", "fraction", NONE, OUTPUT, "blocked",

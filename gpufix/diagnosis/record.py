@@ -203,6 +203,8 @@ def _add_loader_facts(evidence: Evidence, loaders: list[dict[str, object]], fact
         evidence.facts.setdefault("loader_pin_memory", str(loader["pin_memory"]))
     if isinstance(loader.get("num_workers"), int):
         evidence.facts.setdefault("loader_workers", str(loader["num_workers"]))
+        if loader["num_workers"] > 0:  # half as many worker processes, for advice to use fewer (0: load in-process)
+            evidence.facts.setdefault("workers_fewer", str(loader["num_workers"] // 2))
     if isinstance(loader.get("cpus_usable"), int):
         evidence.facts.setdefault("cpus_usable", str(loader["cpus_usable"]))
         ranks = facts.get("ranks") or [0]

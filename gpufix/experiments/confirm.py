@@ -82,7 +82,10 @@ def plan(ctx: Context, only: tuple[str, ...] = (), params: dict[str, dict[str, A
     skips: list[Skip] = []
     seen: set[str] = set()
     findings = [f for f in ctx.result.get("findings") or [] if isinstance(f, dict)]
-    wanted_by = [(f, w) for f in findings for w in f.get("experiments") or [] if isinstance(w, dict)]
+    # A consequence is explained by the finding it follows from: its experiments would measure that one again
+    # (a worker that "exited unexpectedly" because it was killed), so they run only when named with --only.
+    wanted_by = [(f, w) for f in findings for w in f.get("experiments") or []
+                 if isinstance(w, dict) and (not f.get("consequence_of") or w.get("name") in only)]
     # An experiment named with --only that no finding calls for runs for the root cause (or the run as a whole).
     root = findings[0] if findings else {"code": "-"}
     wanted_by += [(root, {"name": name}) for name in only if name not in {w.get("name") for _f, w in wanted_by}]

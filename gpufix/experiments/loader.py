@@ -2,7 +2,10 @@
 
 loader-benchmark times the job's steps as they are and with every batch served from a cache
 (the probe's `cache_batches` knob: the step alone, no loading); whichever is slower bounds the
-run. loader-sweep re-runs a few seconds of training per setting of `num_workers` (up to the CPUs
+run. loader-memory re-runs through the step where a worker was killed, with the job's workers and
+with fewer, sampling the host memory the job's processes hold and what the host has left: it tells
+the out-of-memory killer (memory ran short) from another sender of SIGKILL, and verifies a worker
+count that gets through. loader-sweep re-runs a few seconds of training per setting of `num_workers` (up to the CPUs
 this process may use), `pin_memory` (only with a GPU), `persistent_workers` and `prefetch_factor`,
 and verifies the fastest against the job's own setting in a second, alternating measurement. Both experiments compare
 throughput (steps after warm-up over their total time), never a median step, which prefetching makes fast.
@@ -10,7 +13,9 @@ throughput (steps after warm-up over their total time), never a median step, whi
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 from gpufix.experiments.base import CONFIRMED, INCONCLUSIVE, REFUTED, Context, Experiment, Plan, Result, Skip
@@ -191,4 +196,141 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-EXPERIMENTS = [LoaderBenchmark(), LoaderSweep()]
+# Memory that grows fast is seen some way short of zero at the last sample before the kill (tried: 121 of 1200 MiB
+# with 0.25 s samples, 4 workers adding 64 MiB a step), so "short" is a fifth of the total; "plenty" is what a sample
+# that close to the kill could not have missed. Between the two the measurement does not tell.
+SHORT = 0.20
+PLENTY = 0.40
+SAMPLE_S = 0.1  # host telemetry interval of its trials
+# a process of the job ended by SIGKILL: a worker's message, torchrun's -9, or the job itself (137)
+_KILLED = re.compile(r"is killed by signal: Killed|exitcode: -9\b|killed by SIGKILL")
+_KILL_CODES = ("DAT002", "DAT019", "GEN012", "GEN024")
+# findings that say the SIGKILL was not for memory (the host telemetry showed plenty): the measurement that refutes
+# the out-of-memory killer confirms them, and the other way round
+_NOT_MEMORY = ("DAT019", "GEN024")
+
+
+def _killed(trial: Trial) -> bool:
+    return not trial.completed and (trial.exit_status in (137, -9) or any(c in _KILL_CODES for c in trial.codes)
+                                    or bool(_KILLED.search(trial.output)))
+
+
+def _host_memory(trial: Trial) -> dict[str, float]:
+    """From the trial's host telemetry, in MiB: the most the job's processes held together, the least the host (or
+    the cgroup limit) had left, and the total; empty when the trial left no samples."""
+    from gpufix.telemetry.series import telemetry_series
+
+    path = Path(trial.record or "") / "telemetry.jsonl"
+    if trial.record is None or not path.is_file():
+        return {}
+    series = telemetry_series(str(path))
+    out: dict[str, float] = {}
+    for name, key, pick in (("host.rss_mib", "tree_peak_mib", max), ("host.avail_mib", "avail_min_mib", min),
+                            ("host.total_mib", "host_total_mib", min)):
+        values = [sample.value for sample in series.get(name, [])]
+        if values:
+            out[key] = round(pick(values), 1)
+    return out
+
+
+class LoaderMemory(Experiment):
+    name = "loader-memory"
+    description = ("re-run through the failing step with the job's loader workers and with fewer, sampling the host "
+                   "memory they hold and what the host has left")
+    budget_s = 300.0
+    params = {"steps": (int, 30, "optimizer steps per trial (at least; a re-run goes past the step that failed)"),
+              "trial_timeout_s": (float, 90.0, "the most one trial may take")}
+
+    def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
+        loader = ctx.main_loader()
+        if loader is None:
+            return Skip(self.name, finding["code"], "the probe saw no torch DataLoader in the run: no worker "
+                        "processes to count")
+        workers = int(loader.get("num_workers") or 0)
+        if workers < 1:
+            return Skip(self.name, finding["code"], "the job's DataLoader had num_workers=0: no worker processes "
+                        "to take away")
+        params = self.with_defaults(params)
+        counts = [workers, *sorted({workers // 2, 0} - {workers}, reverse=True)]
+        # half again past the step that failed: memory that grows with every item loaded reaches its limit at a
+        # step that varies with prefetching and timing (tried: killed at step 24 in the job, 30 steps passed)
+        steps = max(params["steps"], ctx.steps_through_failure(1) * 3 // 2)
+        return Plan(self.name, finding["code"], f"re-run {steps} steps with num_workers={workers} (the job's), then "
+                    f"with {' and '.join(str(c) for c in counts[1:])} if memory ran short, sampling host memory every "
+                    f"{SAMPLE_S} s", len(counts) * params["trial_timeout_s"] / 3, ctx.gpu,
+                    {"dataloader": {"num_workers": "fewer"}}, {**params, "steps": steps, "counts": counts})
+
+    def _trial(self, ctx: Context, plan: Plan, workers: int) -> tuple[dict[str, Any], Trial]:
+        ctx.progress(f"{self.name}: {plan.params['steps']} steps with num_workers={workers}")
+        trial = run_trial(ctx, self.name, f"workers{workers}", {"stop_after_steps": plan.params["steps"],
+                                                               "dataloader": {"num_workers": workers}},
+                          budget_s=plan.params["trial_timeout_s"], run_options=("--interval", str(SAMPLE_S)))
+        memory = _host_memory(trial)
+        outcome = "killed by SIGKILL" if _killed(trial) else trial.outcome
+        return {"num_workers": workers, **trial.summary(), "outcome": outcome, **memory}, trial
+
+    def run(self, ctx: Context, plan: Plan) -> Result:
+        started = time.monotonic()
+        own_workers, *fewer = plan.params["counts"]
+        row, own = self._trial(ctx, plan, own_workers)
+        rows = [row]
+        measurements: dict[str, Any] = {"trials": rows}
+        if not _killed(own):
+            return self.result(plan, INCONCLUSIVE, f"no process was killed in {plan.params['steps']} steps with the "
+                               f"job's num_workers={own_workers} ({_memory_words(row)}): the kill did not recur",
+                               measurements, started)
+        total, least = row.get("host_total_mib"), row.get("avail_min_mib")
+        if not total or least is None:
+            return self.result(plan, INCONCLUSIVE, "a process was killed again, but the re-run left no host memory "
+                               "samples to tell why", measurements, started)
+        share = least / total
+        measurements.update({"avail_min_mib": least, "host_total_mib": total, "avail_min_share": round(share, 3)})
+        if share >= PLENTY:
+            # Not memory: where does the kill come from? With the loading in the main process, the job itself.
+            if 0 in fewer and ctx.time_left() > 10:
+                row0, alone = self._trial(ctx, plan, 0)
+                rows.append(row0)
+                where = (" With num_workers=0 the job itself was killed: the SIGKILL comes from the data code it runs."
+                         if _killed(alone) else f" With num_workers=0 the run was {row0['outcome']}.")
+            else:
+                where = ""
+            verdict = CONFIRMED if plan.finding in _NOT_MEMORY else REFUTED
+            return self.result(plan, verdict, f"a process was killed again by SIGKILL with num_workers={own_workers} "
+                               f"while at least {least:.0f} of {total:.0f} MiB of host memory stayed available "
+                               f"(sampled every {SAMPLE_S} s): not the out-of-memory killer.{where}",
+                               measurements, started)
+        if share >= SHORT:
+            return self.result(plan, INCONCLUSIVE, f"a process was killed again with {least:.0f} of {total:.0f} MiB "
+                               "of host memory available at the lowest sample: neither clearly short nor plenty "
+                               "(the kernel log tells: dmesg -T | grep -i 'killed process')", measurements, started)
+        # Memory ran short: confirmed. Which smaller worker count gets through, and with how much memory?
+        reason = (f"host memory ran short: {least:.0f} of {total:.0f} MiB available at the lowest sample, the job's "
+                  f"processes holding {row.get('tree_peak_mib', 0):.0f} MiB, when a process was killed with "
+                  f"num_workers={own_workers}")
+        if plan.finding in _NOT_MEMORY:  # said not memory, measured memory: say so, the fewer workers all the same
+            reason += " (a faster rise than gpufix's samples had seen in the job)"
+        verdict = REFUTED if plan.finding in _NOT_MEMORY else CONFIRMED
+        for workers in fewer:
+            if ctx.time_left() < 10:
+                break
+            fewer_row, trial = self._trial(ctx, plan, workers)
+            rows.append(fewer_row)
+            if trial.completed:
+                measurements["best"] = {"num_workers": workers}
+                recommendation = {"title": f"Use DataLoader(num_workers={workers})", "change": {"num_workers": workers}}
+                return self.result(plan, verdict, f"{reason}; with num_workers={workers} it ran "
+                                   f"{trial.steps} steps ({_memory_words(fewer_row)})", measurements, started,
+                                   recommendation, True)
+        return self.result(plan, verdict, f"{reason}; fewer workers did not get through either: the memory goes "
+                           "to the dataset itself or the training process, not to the workers", measurements, started,
+                           None, False if len(rows) > 1 else None)
+
+
+def _memory_words(row: dict[str, Any]) -> str:
+    if row.get("host_total_mib") is None:
+        return "no host memory samples"
+    return (f"its processes held at most {row.get('tree_peak_mib', 0):.0f} MiB, at least "
+            f"{row.get('avail_min_mib', 0):.0f} of {row['host_total_mib']:.0f} MiB of host memory stayed available")
+
+
+EXPERIMENTS = [LoaderBenchmark(), LoaderSweep(), LoaderMemory()]

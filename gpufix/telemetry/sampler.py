@@ -23,7 +23,8 @@ from typing import Any
 
 from gpufix.record.layout import TELEMETRY as TELEMETRY_FILE
 from gpufix.telemetry.inventory import GpuSample, TelemetrySource, XidEvent
-from gpufix.watchdog.proctree import ProcInfo, TreeUsage, all_procs, gpu_device_minors, job_tree, read_proc
+from gpufix.watchdog.proctree import (ProcInfo, TreeUsage, all_procs, children, gpu_device_minors, host_memory,
+                                      job_tree, read_proc)
 
 MIN_INTERVAL_S = 0.1
 PROCESS_EVERY_S = 5.0  # the process list is a dear NVML call, and so is a full /proc scan
@@ -234,11 +235,16 @@ class TelemetrySampler:
         self._tree = [p.pid for p in job_tree(self._pid, self._pgid, all_procs())]
 
     def _sample_host(self, now: float, mono: float) -> None:
-        # Between full scans only the known pids are re-read: a few stat files, not all of /proc.
-        infos: list[ProcInfo] = [p for p in (read_proc(pid) for pid in self._tree) if p is not None]
+        # Between full scans only the known pids and their children are re-read: a few files, not all of /proc
+        # (the children: DataLoader workers started since the last scan hold memory that counts).
+        known = set(self._tree)
+        self._tree += [child for pid in list(self._tree) for child in children(pid) if child not in known]
+        infos: list[ProcInfo] = [p for p in (read_proc(pid) for pid in dict.fromkeys(self._tree)) if p is not None]
         if not infos:
             return
-        self._writer.write({"t": round(now, 3), "host": self._usage.measure(infos, mono)})
+        # the host's free memory beside the tree's: a SIGKILL with plenty left was not the out-of-memory killer's
+        memory = host_memory(self._pid or "self")
+        self._writer.write({"t": round(now, 3), "host": {**self._usage.measure(infos, mono), **memory}})
 
     # -- notes -----------------------------------------------------------------------------
 

@@ -167,6 +167,16 @@ def is_python(pid: int) -> bool:
     return exe.startswith(("python", "pypy")) or exe in ("torchrun", "accelerate", "deepspeed")
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid`'s main thread started (DataLoader workers, launcher ranks), from
+    /proc/PID/task/PID/children: one small read, not a /proc scan; [] when unreadable."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii", errors="replace") as f:
+            return [int(c) for c in f.read().split() if c.isdigit()]
+    except OSError:
+        return []
+
+
 class TreeUsage:
     """CPU % and resident memory of the job's tree, between successive calls of `measure`."""
 
@@ -187,3 +197,72 @@ class TreeUsage:
         if cpu_pct is not None:
             out["cpu_pct"] = max(cpu_pct, 0.0)
         return out
+
+
+# where the kernel's files are for the host-memory reading (tests point these at a made-up tree)
+PROC = "/proc"
+CGROUP = "/sys/fs/cgroup"
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max" (no limit) is not a number
+
+
+def _cgroup_limit(pid: int | str = "self") -> tuple[int, int] | None:
+    """(limit, usage) in bytes of the tightest memory limit over the process's cgroup and its ancestors
+    (Slurm sets it on the job, a container on its root), cgroup v2 or v1; None when no limit is set."""
+    try:
+        with open(f"{PROC}/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    candidates: list[tuple[str, str, str]] = []
+    for line in lines:
+        _id, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: files named memory.max / memory.current
+            candidates.append((CGROUP, path, "memory.max|memory.current"))
+        elif "memory" in controllers.split(","):
+            candidates.append((f"{CGROUP}/memory", path, "memory.limit_in_bytes|memory.usage_in_bytes"))
+    best: tuple[int, int] | None = None
+    for mount, path, files in candidates:
+        limit_file, usage_file = files.split("|")
+        parts = [p for p in path.split("/") if p]
+        # The process's cgroup and its ancestors up to the mount's root. Inside a container without a cgroup
+        # namespace the path names the host's folders while the mount is the container's own: its tail is what
+        # lies under the mount, so every tail is tried (a folder that exists under that exact name is this one).
+        for start in range(len(parts) + 1):
+            for depth in range(len(parts), start - 1, -1):
+                folder = "/".join([mount, *parts[start:depth]])
+                limit, usage = _read_int(f"{folder}/{limit_file}"), _read_int(f"{folder}/{usage_file}")
+                if limit is not None and usage is not None and (best is None or limit < best[0]):
+                    best = (limit, usage)
+    return best
+
+
+def host_memory(pid: int | str = "self") -> dict[str, float]:
+    """The host memory the process `pid`'s tree may still use, in MiB: `total_mib` (the machine's RAM, or the
+    cgroup's limit when that is lower: a container's or a Slurm job's) and `avail_mib` (the kernel's
+    MemAvailable, or the room left under that limit when it is less). Empty when /proc/meminfo is unreadable.
+    The out-of-memory killer acts when this runs out, so a SIGKILL while it stayed high was not for memory."""
+    meminfo: dict[str, int] = {}
+    try:
+        with open(f"{PROC}/meminfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("MemTotal", "MemAvailable") and value.split():
+                    meminfo[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        return {}
+    if "MemTotal" not in meminfo:
+        return {}
+    total = meminfo["MemTotal"]
+    avail = meminfo.get("MemAvailable", total)
+    limited = _cgroup_limit(pid)
+    if limited is not None and limited[0] < total:
+        total, avail = limited[0], min(avail, max(0, limited[0] - limited[1]))
+    return {"avail_mib": round(avail / _MIB, 1), "total_mib": round(total / _MIB, 1)}

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.run.helpers import PY, env, records
+from tests.run.helpers import PY, env, memory_cgroup, records
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -364,3 +364,52 @@ def test_a_nan_is_not_sent_to_the_memory_experiment(tmp_path: Path) -> None:
     assert data["experiments"] == [], data
     skipped = [s for s in data["skipped"] if s["name"] == "mixed-precision-rerun"]
     assert skipped and all("not about memory" in s["reason"] for s in skipped), data["skipped"]
+
+
+def test_a_worker_killed_with_memory_to_spare_is_not_blamed_on_memory(tmp_path: Path) -> None:
+    """A dataset that SIGKILLs the process loading one item: "is killed by signal: Killed", which a pasted log reads
+    as the out-of-memory killer (DAT002); under gpufix run the host telemetry shows memory to spare (DAT019), and
+    loader-memory measures it again, then with num_workers=0, where the job itself is killed by its data code."""
+    record = failed_run(tmp_path, "worker_sigkill.py", expect=1, run_options=("--interval", "0.2"))
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    codes = [f["code"] for f in findings]
+    assert codes[0] == "DAT019" and "DAT002" not in codes, codes
+    assert {f["code"]: f["consequence_of"] for f in findings}.get("DAT004") == "DAT019"
+    assert float(findings[0]["fields"]["avail_share"]) >= 0.4
+    rc, data = confirm(record)
+    # the consequence's experiment (loader-benchmark for DAT004) is not planned: DAT019's explains it
+    assert [row["name"] for row in data["experiments"]] == ["loader-memory"], data["experiments"]
+    row = only(data, "loader-memory")
+    assert row["verdict"] == "confirmed" and row["for"] == "DAT019", row
+    assert row["measurements"]["avail_min_share"] >= 0.4
+    trials = row["measurements"]["trials"]
+    assert [(t["num_workers"], t["outcome"]) for t in trials] == [(2, "killed by SIGKILL"), (0, "killed by SIGKILL")]
+    assert "comes from the data code" in row["reason"], row["reason"]
+    assert rc == 0
+
+
+def test_a_worker_that_fills_its_cgroup_is_confirmed_as_the_out_of_memory_killer(tmp_path: Path) -> None:
+    """Four workers each growing a cache in a 1200 MiB cgroup: the out-of-memory killer takes one (reported as
+    killed, or only as "exited unexpectedly"); the finding advises half the job's workers, and loader-memory
+    measures memory running short again."""
+    with memory_cgroup(tmp_path, 1200 << 20) as join:
+        work = tmp_path / "work"
+        work.mkdir()
+        shutil.copy(JOBS / "worker_memory.py", work / "worker_memory.py")
+        done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--interval", "0.2",
+                               "worker_memory.py"], cwd=work, capture_output=True, env=env(), preexec_fn=join,
+                              timeout=300)
+        assert done.returncode != 0, done.stdout.decode()[-2000:]
+        (record,) = records(work / "runs")
+        findings = json.loads((record / "result.json").read_text())["findings"]
+        assert findings[0]["code"] in ("DAT002", "DAT020"), [f["code"] for f in findings]
+        snippets = [fix.get("snippet") or "" for fix in findings[0]["fixes"]]
+        assert "DataLoader(dataset, batch_size=bs, num_workers=2)" in snippets, snippets  # half the job's 4
+        confirmed = subprocess.run([PY, "-m", "gpufix", "confirm", "--yes", "--quiet", "--format", "json",
+                                    "--only", "loader-memory", str(record)], capture_output=True, env=env(),
+                                   preexec_fn=join, timeout=600)
+        row = only(json.loads(confirmed.stdout), "loader-memory")
+        assert row["verdict"] == "confirmed", row
+        assert row["measurements"]["avail_min_share"] < 0.2 and row["measurements"]["host_total_mib"] == 1200
+        assert row["measurements"]["trials"][0] == {**row["measurements"]["trials"][0], "num_workers": 4,
+                                                    "outcome": "killed by SIGKILL"}

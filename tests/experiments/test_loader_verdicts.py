@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpufix.experiments import loader
-from gpufix.experiments.base import CONFIRMED, REFUTED, Context
+from gpufix.experiments.base import CONFIRMED, INCONCLUSIVE, REFUTED, Context
 from gpufix.experiments.trial import Trial
 
 
@@ -73,3 +73,49 @@ def test_prefetched_batches_do_not_hide_a_starved_loader(tmp_path: Path, monkeyp
     assert row["verdict"] == CONFIRMED, row
     assert row["measurements"]["step_time_ms"] == round(1000 * sum(steps) / len(steps), 2)
     assert row["measurements"]["loader_bound_ratio"] > 10
+
+
+def memory_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str,
+                   outcomes: dict[int, tuple[bool, float]]) -> dict[str, Any]:
+    """loader-memory with trials whose outcome (killed or not) and lowest available host memory (of 1000 MiB) per
+    worker count are set."""
+    def fake_trial(ctx: Context, name: str, label: str, knobs: dict[str, Any], budget_s: float,
+                   run_options: tuple[str, ...]) -> Trial:
+        killed, _avail = outcomes[knobs["dataloader"]["num_workers"]]
+        return Trial(label, None, 1 if killed else 0, False, 1.0, 10, None if killed else {"steps": 30}, [0.01] * 10,
+                     [0.0] * 10, None, None, ["slow_loader"] if killed else [], ["DAT002"] if killed else [], None,
+                     None, {}, "")
+    monkeypatch.setattr(loader, "run_trial", fake_trial)
+    monkeypatch.setattr(loader, "_host_memory", lambda trial: {
+        "tree_peak_mib": 900.0, "avail_min_mib": outcomes[int(trial.label[7:])][1], "host_total_mib": 1000.0})
+    ctx = Context(tmp_path, {}, {}, ["python", "train.py"], str(tmp_path),
+                  {"loaders": [{"num_workers": 4}], "steps": 20}, 600, lambda _line: None)
+    experiment = loader.LoaderMemory()
+    plan = experiment.plan(ctx, {"code": code}, {})
+    assert plan.params["counts"] == [4, 2, 0] and plan.params["steps"] == 31  # half again past step 21
+    return experiment.run(ctx, plan).to_dict()
+
+
+def test_memory_short_then_fewer_workers_get_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = memory_verdict(tmp_path, monkeypatch, "DAT002", {4: (True, 30.0), 2: (False, 400.0), 0: (False, 700.0)})
+    assert row["verdict"] == CONFIRMED and row["verified"] is True, row
+    assert row["recommendation"]["change"] == {"num_workers": 2} and len(row["measurements"]["trials"]) == 2
+
+
+def test_memory_short_refutes_a_finding_that_said_it_was_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = memory_verdict(tmp_path, monkeypatch, "DAT019", {4: (True, 30.0), 2: (True, 20.0), 0: (True, 10.0)})
+    assert row["verdict"] == REFUTED and row["verified"] is False, row
+    assert "fewer workers did not get through either" in row["reason"]
+
+
+def test_plenty_of_memory_refutes_the_out_of_memory_killer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = memory_verdict(tmp_path, monkeypatch, "DAT002", {4: (True, 800.0), 0: (False, 900.0)})
+    assert row["verdict"] == REFUTED and "not the out-of-memory killer" in row["reason"], row
+    assert "With num_workers=0 the run was ok" in row["reason"]
+
+
+def test_between_short_and_plenty_or_no_kill_is_inconclusive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    between = memory_verdict(tmp_path, monkeypatch, "DAT002", {4: (True, 300.0)})
+    assert between["verdict"] == INCONCLUSIVE and "neither clearly short nor plenty" in between["reason"], between
+    gone = memory_verdict(tmp_path, monkeypatch, "DAT002", {4: (False, 300.0)})
+    assert gone["verdict"] == INCONCLUSIVE and "the kill did not recur" in gone["reason"], gone

@@ -6,7 +6,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -83,3 +87,41 @@ def read_until(proc: subprocess.Popen[bytes], marker: bytes, timeout_s: float = 
                 break
             got += chunk
     return got
+
+
+@contextmanager
+def memory_cgroup(tmp_path: Path, limit: int) -> Iterator[Callable[[], None]]:
+    """A fresh memory cgroup of `limit` bytes (v1 or v2), as a `preexec_fn` that moves the child into it; skips the
+    test where this machine does not let it make one (no permission, no memory controller). Removed afterwards."""
+    name = f"gpufix-test-{os.getpid()}-{tmp_path.name}"
+    made: tuple[Path, Path] | None = None
+    for folder, limit_file in ((Path("/sys/fs/cgroup/memory") / name, "memory.limit_in_bytes"),
+                               (Path("/sys/fs/cgroup") / name, "memory.max")):
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        try:
+            (folder / limit_file).write_text(str(limit))
+            if (folder / "memory.swappiness").exists():
+                (folder / "memory.swappiness").write_text("0")  # killed, not swapped: what a training node does
+            made = (folder, folder / "cgroup.procs")
+            break
+        except OSError:
+            folder.rmdir()
+    if made is None:
+        pytest.skip("this machine does not let the test make a memory cgroup")
+    folder, procs = made
+
+    def join() -> None:
+        procs.write_text(str(os.getpid()))
+
+    try:
+        yield join
+    finally:
+        for _ in range(50):  # the cgroup can go once its last process has
+            try:
+                folder.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.run.helpers import PY, env, gpufix_run, records
+from tests.run.helpers import memory_cgroup, PY, env, gpufix_run, records
 
 
 @pytest.mark.parametrize("code", [0, 1, 2, 42, 255])
@@ -96,10 +96,10 @@ def test_a_segfault_is_diagnosed_from_the_stack_faulthandler_recorded(tmp_path: 
     assert f"({job}:3)" in root["message"], root["message"]
 
 
-def test_a_sigkill_from_outside_is_read_as_the_likely_out_of_memory_killer(tmp_path: Path) -> None:
-    """Tried as a user: a job killed by SIGKILL (what the kernel's out-of-memory killer sends) got "no known failure
-    pattern": its output says nothing. The record knows gpufix did not send the signal; GEN012 reads it, with the
-    host memory gpufix sampled."""
+def test_a_sigkill_from_outside_with_memory_to_spare_is_not_blamed_on_memory(tmp_path: Path) -> None:
+    """Tried as a user: a job killed by SIGKILL got "no known failure pattern": its output says nothing. The record
+    knows gpufix did not send the signal, and its host telemetry that memory was plentiful: GEN024 says so (a
+    scheduler, preemption or a kill -9), not the out-of-memory killer."""
     import json
 
     job = tmp_path / "job.py"
@@ -107,6 +107,24 @@ def test_a_sigkill_from_outside_is_read_as_the_likely_out_of_memory_killer(tmp_p
                    "os.kill(os.getpid(), signal.SIGKILL)\n")
     done = subprocess.run([*gpufix_run(tmp_path / "runs", "--interval", "0.2"), str(job)], capture_output=True, env=env(),
                           timeout=120)
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr.decode()[-2000:]
+    (record,) = records(tmp_path / "runs")
+    [root] = [f for f in json.loads((record / "result.json").read_text())["findings"] if f["consequence_of"] is None]
+    assert root["code"] == "GEN024" and "which gpufix did not send, while host memory was not short" in root["message"]
+    assert float(root["fields"]["avail_share"]) >= 0.4 and "MiB at most" in root["message"], root["message"]
+
+
+def test_a_job_killed_for_its_cgroup_s_memory_is_read_as_the_out_of_memory_killer(tmp_path: Path) -> None:
+    """The same SIGKILL sent by the out-of-memory killer of a 600 MiB cgroup (a container's or a Slurm job's limit):
+    the job's output says nothing, the host telemetry shows the room under the limit gone, and GEN012 names it."""
+    import json
+
+    job = tmp_path / "job.py"
+    job.write_text("import time\nheld = []\nprint('epoch 1 step 10 loss 0.42', flush=True)\nwhile True:\n"
+                   "    held.append(bytearray(b'x' * (16 << 20)))\n    time.sleep(0.05)\n")
+    with memory_cgroup(tmp_path, 600 << 20) as join:
+        done = subprocess.run([*gpufix_run(tmp_path / "runs", "--interval", "0.2"), str(job)], capture_output=True,
+                              env=env(), timeout=120, preexec_fn=join)
     assert done.returncode == 128 + signal.SIGKILL, done.stderr.decode()[-2000:]
     (record,) = records(tmp_path / "runs")
     [root] = [f for f in json.loads((record / "result.json").read_text())["findings"] if f["consequence_of"] is None]

@@ -67,6 +67,9 @@ def test_sampler_writes_gpus_xids_processes_and_host(tmp_path: Path) -> None:
     assert [(u.gpu, u.pid, u.used_mib) for u in users] == [(0, os.getpid(), 2048)]  # pid 1 is not the job's
     assert s.job_gpus == frozenset({0})
     assert data.host and data.host[-1][1]["rss_mib"] > 0 and "cpu_pct" in data.host[-1][1]
+    # the host's memory beside the tree's: what the out-of-memory killer acts on (DAT019, DAT020, GEN024)
+    host = data.host[-1][1]
+    assert 0 <= host["avail_mib"] <= host["total_mib"] and host["total_mib"] > 0
     assert json.loads(path.read_text().splitlines()[-1])["end"] is True
     assert s.notes == [] and fake.shutdown_called
 
