@@ -177,6 +177,8 @@ def _add_run_facts(evidence: Evidence, facts: dict[str, object], probe_dir: str)
         if facts.get("cuda_ever_allocated") is not None:
             evidence.facts.setdefault("gpu_used", "yes" if facts["cuda_ever_allocated"] else "no")
         evidence.facts.setdefault("loader_used", "yes" if facts.get("loaders") else "no")
+    if isinstance(facts.get("open_files_limit"), int):
+        evidence.facts.setdefault("open_files_limit", str(facts["open_files_limit"]))
     if facts.get("cuda_available") is False:  # no CUDA device at all: whatever ran, before a step or not, ran on the CPU
         evidence.facts.setdefault("gpu_used", "no")
     for process in facts.get("processes") or ():  # type: ignore[attr-defined]

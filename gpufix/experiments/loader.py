@@ -326,6 +326,66 @@ class LoaderMemory(Experiment):
                            None, False if len(rows) > 1 else None)
 
 
+# a process out of file descriptors: the loader's own message, shared memory it could not open, fd passing that broke
+_OUT_OF_FDS = re.compile(r"Too many open files|received \d+ items of ancdata|\[Errno 24\]")
+
+
+def _out_of_fds(trial: Trial) -> bool:
+    return not trial.completed and ("DAT005" in trial.codes or bool(_OUT_OF_FDS.search(trial.output)))
+
+
+class LoaderSharing(Experiment):
+    name = "loader-sharing"
+    description = ("re-run through the failing step as it is and with DataLoader workers handing tensors over by "
+                   "file name (file_system sharing) instead of as open file descriptors")
+    budget_s = 240.0
+    params = {"steps": (int, 30, "optimizer steps per trial (at least; a re-run goes past the step that failed)"),
+              "trial_timeout_s": (float, 60.0, "the most one trial may take (a loader out of descriptors may hang)")}
+
+    def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
+        loader = ctx.main_loader()
+        if loader is None:
+            return Skip(self.name, finding["code"], "the probe saw no torch DataLoader in the run")
+        if not int(loader.get("num_workers") or 0):
+            return Skip(self.name, finding["code"], "the job's DataLoader had num_workers=0: no worker hands tensors "
+                        "over")
+        params = self.with_defaults(params)
+        steps = max(params["steps"], ctx.steps_through_failure(1) * 3 // 2)
+        return Plan(self.name, finding["code"], f"re-run {steps} steps as they are, then with "
+                    "torch.multiprocessing.set_sharing_strategy('file_system')", 2 * params["trial_timeout_s"] / 2,
+                    ctx.gpu, {"sharing_strategy": "file_system"}, {**params, "steps": steps})
+
+    def run(self, ctx: Context, plan: Plan) -> Result:
+        started = time.monotonic()
+        steps, timeout = plan.params["steps"], plan.params["trial_timeout_s"]
+        rows: list[dict[str, Any]] = []
+        measurements: dict[str, Any] = {"trials": rows, "open_files_limit": ctx.facts.get("open_files_limit")}
+        ctx.progress(f"{self.name}: {steps} steps as they are")
+        own = run_trial(ctx, self.name, "as-is", {"stop_after_steps": steps}, budget_s=timeout)
+        rows.append({"sharing_strategy": "as is", **own.summary(),
+                     "outcome": "out of file descriptors" if _out_of_fds(own) else own.outcome})
+        if not _out_of_fds(own):
+            verdict_words = ("ran its steps" if own.completed else f"ended otherwise: {own.outcome}")
+            return self.result(plan, INCONCLUSIVE, f"the job as it is {verdict_words}, without running out of file "
+                               "descriptors: nothing to compare", measurements, started)
+        ctx.progress(f"{self.name}: {steps} steps with file_system sharing")
+        shared = run_trial(ctx, self.name, "file_system", {"stop_after_steps": steps,
+                                                           "sharing_strategy": "file_system"}, budget_s=timeout)
+        rows.append({"sharing_strategy": "file_system", **shared.summary(),
+                     "outcome": "out of file descriptors" if _out_of_fds(shared) else shared.outcome})
+        limit = ctx.facts.get("open_files_limit")
+        limit_words = f" (its open-file limit was {limit})" if isinstance(limit, int) else ""
+        reason = f"the job ran out of file descriptors again as it is{limit_words}"
+        recommendation = {"title": "torch.multiprocessing.set_sharing_strategy('file_system') before building the "
+                                   "DataLoader", "change": {"sharing_strategy": "file_system"}}
+        if shared.completed:
+            return self.result(plan, CONFIRMED, f"{reason}; with file_system sharing it ran {shared.steps} steps",
+                               measurements, started, recommendation, True)
+        return self.result(plan, CONFIRMED, f"{reason}; file_system sharing did not get through either "
+                           f"({rows[-1]['outcome']}): raise the limit (ulimit -n) or return fewer, larger tensors",
+                           measurements, started, None, False)
+
+
 def _memory_words(row: dict[str, Any]) -> str:
     if row.get("host_total_mib") is None:
         return "no host memory samples"
@@ -333,4 +393,4 @@ def _memory_words(row: dict[str, Any]) -> str:
             f"{row.get('avail_min_mib', 0):.0f} of {row['host_total_mib']:.0f} MiB of host memory stayed available")
 
 
-EXPERIMENTS = [LoaderBenchmark(), LoaderSweep(), LoaderMemory()]
+EXPERIMENTS = [LoaderBenchmark(), LoaderSweep(), LoaderMemory(), LoaderSharing()]

@@ -234,7 +234,7 @@ def read_probe_facts(probe_dir: str | Path) -> dict[str, Any]:
     trained = [p for p in processes if p["steps"]] or processes
     facts: dict[str, Any] = {"probe_dir": str(folder), "found": bool(processes), "processes": processes}
     first = trained[0] if trained else {}
-    for key in ("torch", "cuda_build", "cuda_available", "device_count", "cuda_visible_devices"):
+    for key in ("torch", "cuda_build", "cuda_available", "device_count", "cuda_visible_devices", "open_files_limit"):
         facts[key] = first.get(key)
     facts["steps"] = sum(p["steps"] for p in trained)
     facts["ranks"] = sorted({p["rank"] for p in trained if p["rank"] is not None})
@@ -383,7 +383,7 @@ def _process_facts(path: Path) -> dict[str, Any]:
         out["last_line"] = number
         if kind == "start":
             for key in ("pid", "role", "torch", "cuda_build", "rank", "world_size", "local_rank", "argv0",
-                        "python", "torch_import_s", "faulthandler"):
+                        "python", "torch_import_s", "faulthandler", "open_files_limit"):
                 out[key] = record.get(key)
             env = record.get("env") or {}
             out["cuda_visible_devices"] = env.get("CUDA_VISIBLE_DEVICES")

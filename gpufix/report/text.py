@@ -102,7 +102,9 @@ def render_finding(finding: Finding, s: _Style, number: int, only_source: str | 
                     settings = ", ".join(f"{k}={m} (not {a})" for k, (a, m) in differ.items())
                     lines.append("       " + s(f"measured instead: {name} verified {settings}; see below", "bold yellow"))
     ran = {row.get("name") for row in verdicts or []}
-    if verbose and finding.experiments and not all(e["name"] in ran for e in finding.experiments):
+    # a consequence's experiments are not planned (the finding it follows from is measured instead): no hint
+    if (verbose and finding.experiments and not finding.consequence_of
+            and not all(e["name"] in ran for e in finding.experiments)):
         lines.append("  " + s(confirm_hint(finding, record), "dim"))
     for row in verdicts or []:
         fix = row.get("recommendation") or {}

@@ -63,8 +63,8 @@ BUILTIN_FIELDS = ("count", "ranks", "rank", "first_line", "source",
                   # what the probe measured of the run: fp32/fp16/bf16, yes/no, yes/no, a worker count
                   # within the CPUs usable per process
                   "precision", "gpu_used", "loader_used", "workers_suggested", "workers_suggested_io",
-                  # half the loader's workers (advice to use fewer)
-                  "workers_fewer",
+                  # half the loader's workers (advice to use fewer); the soft limit of open file descriptors
+                  "workers_fewer", "open_files_limit",
                   # read from any log: the one framework its module paths name (pytorch, tensorflow, jax, paddle,
                   # mxnet, julia, rust), absent when none or several are named (logscan.FRAMEWORK_MARKERS)
                   "framework")

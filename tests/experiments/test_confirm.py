@@ -413,3 +413,28 @@ def test_a_worker_that_fills_its_cgroup_is_confirmed_as_the_out_of_memory_killer
         assert row["measurements"]["avail_min_share"] < 0.2 and row["measurements"]["host_total_mib"] == 1200
         assert row["measurements"]["trials"][0] == {**row["measurements"]["trials"][0], "num_workers": 4,
                                                     "outcome": "killed by SIGKILL"}
+
+
+def test_file_system_sharing_lets_workers_pass_many_tensors_under_a_low_open_file_limit(tmp_path: Path) -> None:
+    """The knob loader-sharing's second trial applies, for real: samples of 64 small tensors under an open-file limit of
+    64 run to the end with file_system sharing (as they are, the workers run out of descriptors, and one run in three
+    livelocks printing the same EMFILE traceback from the workers' fd server without end: not run here), and the probe
+    records the job's limit, which DAT005 quotes."""
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(JOBS / "many_tensors.py", work / "many_tensors.py")
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "60", "--on-hang",
+                           "kill", "many_tensors.py"], cwd=work, capture_output=True, preexec_fn=low_limit, timeout=300,
+                          env=env(GPUFIX_EXPERIMENT=json.dumps({"sharing_strategy": "file_system"})))
+    assert done.returncode == 0 and b"done" in done.stdout, done.stderr.decode()[-2000:]
+    (record,) = records(work / "runs")
+    from gpufix.probe.read import read_probe_facts, read_probe_knobs
+
+    assert read_probe_knobs(record / "probe")["applied"]["sharing_strategy"] == "file_system"
+    assert read_probe_facts(record / "probe")["open_files_limit"] == 64
+

@@ -119,3 +119,41 @@ def test_between_short_and_plenty_or_no_kill_is_inconclusive(tmp_path: Path, mon
     assert between["verdict"] == INCONCLUSIVE and "neither clearly short nor plenty" in between["reason"], between
     gone = memory_verdict(tmp_path, monkeypatch, "DAT002", {4: (False, 300.0)})
     assert gone["verdict"] == INCONCLUSIVE and "the kill did not recur" in gone["reason"], gone
+
+
+def sharing_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own: str, shared: str) -> dict[str, Any]:
+    """loader-sharing with trials whose output is set: 'emfile' (out of descriptors), 'ok' or 'other'."""
+    def fake_trial(ctx: Context, name: str, label: str, knobs: dict[str, Any], budget_s: float) -> Trial:
+        kind = own if label == "as-is" else shared
+        out = {"emfile": "OSError: [Errno 24] Too many open files", "other": "ValueError: bad sample", "ok": ""}[kind]
+        return Trial(label, None, 0 if kind == "ok" else 1, False, 1.0, 30, {"steps": 30} if kind == "ok" else None,
+                     [0.01] * 20, [0.0] * 20, None, None, [], [], None, None, {}, out)
+    monkeypatch.setattr(loader, "run_trial", fake_trial)
+    ctx = Context(tmp_path, {}, {}, ["python", "train.py"], str(tmp_path),
+                  {"loaders": [{"num_workers": 2}], "open_files_limit": 64}, 600, lambda _line: None)
+    experiment = loader.LoaderSharing()
+    return experiment.run(ctx, experiment.plan(ctx, {"code": "DAT005"}, {})).to_dict()
+
+
+def test_file_system_sharing_that_gets_through_is_the_verified_fix(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    row = sharing_verdict(tmp_path, monkeypatch, "emfile", "ok")
+    assert row["verdict"] == CONFIRMED and row["verified"] is True, row
+    assert row["recommendation"]["change"] == {"sharing_strategy": "file_system"}
+    assert "its open-file limit was 64" in row["reason"]
+    failed = sharing_verdict(tmp_path, monkeypatch, "emfile", "emfile")
+    assert failed["verdict"] == CONFIRMED and failed["verified"] is False and failed["recommendation"] is None
+    assert "ulimit -n" in failed["reason"]
+
+
+def test_a_job_that_does_not_run_out_of_descriptors_again_is_inconclusive(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    for own in ("ok", "other"):
+        row = sharing_verdict(tmp_path, monkeypatch, own, "ok")
+        assert row["verdict"] == INCONCLUSIVE and len(row["measurements"]["trials"]) == 1, row
+
+
+def test_no_workers_no_sharing_experiment(tmp_path: Path) -> None:
+    ctx = Context(tmp_path, {}, {}, ["python", "train.py"], str(tmp_path), {"loaders": [{"num_workers": 0}]}, 600,
+                  lambda _line: None)
+    assert "num_workers=0" in loader.LoaderSharing().plan(ctx, {"code": "DAT005"}, {}).reason

@@ -15,6 +15,8 @@ variable this module is never imported. docs/probe.md has the contract and the r
     state_dict_rename  {"strip": "module.", "add": ""}: the checkpoint's keys renamed at that call
     profile            {"start_step": 3, "steps": 5, "dir": ...}: torch.profiler over those steps (profiling.py)
     deterministic      deterministic algorithms, no cuDNN autotuning, seeds fixed at start
+    sharing_strategy   "file_system" / "file_descriptor": torch.multiprocessing.set_sharing_strategy at start
+                       (how DataLoader workers hand tensors over: by file name, or as open descriptors)
 
 Knobs are the experiment's settings, not measurements: they stay in force if the probe turns
 itself off, except the stops (they count the probe's steps). A knob that cannot be installed is
@@ -126,6 +128,11 @@ def parse(text):
                 rejected[key] = "start_step and steps must be integers >= 1, got %r" % (value,)
                 continue
             settings[key] = {"start_step": start, "steps": steps, "dir": os.path.normpath(value["dir"])}
+        elif key == "sharing_strategy":
+            if value in ("file_system", "file_descriptor"):
+                settings[key] = value
+            else:
+                rejected[key] = 'expected "file_system" or "file_descriptor", got %r' % (value,)
         elif key == "deterministic":
             if not isinstance(value, bool):
                 rejected[key] = "expected true or false, got %r" % (value,)
@@ -569,6 +576,13 @@ class Knobs(object):
             numpy.random.seed(0)
         self.applied["deterministic"] = True
 
+    def install_sharing(self):
+        """How workers pass tensors to the training process; set before any DataLoader starts its workers, which
+        inherit it (forked) or set it again (spawned: the probe runs in them with the same knobs)."""
+        strategy = self.settings["sharing_strategy"]
+        importlib.import_module("torch.multiprocessing").set_sharing_strategy(strategy)
+        self.applied["sharing_strategy"] = strategy
+
     def install_writes(self):
         redirector = writes.Redirector(self, self.settings["redirect_writes"])
         redirector.install()
@@ -637,7 +651,8 @@ def install(probe, text):
                           (("dataloader",), knobs.install_loader), (("cache_batches",), knobs.install_cache),
                           (("autocast",), knobs.install_autocast),
                           (("state_dict_keys", "state_dict_rename"), knobs.install_loads),
-                          (("profile",), knobs.install_profile), (("deterministic",), knobs.install_deterministic)):
+                          (("profile",), knobs.install_profile), (("deterministic",), knobs.install_deterministic),
+                          (("sharing_strategy",), knobs.install_sharing)):
         wanted = [name for name in names if name in settings]
         if wanted:
             try:

@@ -62,6 +62,7 @@ class Probe(object):
             "rank": self.rank, "local_rank": _int_env("LOCAL_RANK", "SLURM_LOCALID"), "world_size": self.world_size,
             "env": {name: os.environ[name] for name in ENV_RECORDED if name in os.environ},
             "faulthandler": "job" if self.faulthandler_by_job else ("probe" if self.fault_file else None),
+            "open_files_limit": _open_files_limit(),
         }
         worker = self._worker_info()
         if worker is not None:
@@ -216,3 +217,15 @@ def install(torch, directory, import_s=None):
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=probe.after_fork_in_child)
     return probe
+
+
+def _open_files_limit():
+    """The soft RLIMIT_NOFILE (descriptors a process may hold open; DataLoader workers pass tensors as descriptors),
+    or None where it cannot be read (Windows) or there is none."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
