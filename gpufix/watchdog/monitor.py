@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufix.telemetry.sampler import TELEMETRY_FILE, TelemetrySampler
-from gpufix.watchdog.watchdog import HangReport, HangWatchdog, file_activity
+from gpufix.watchdog.watchdog import HangReport, HangWatchdog, OutputActivity, file_activity
 
 STACKS_DIR = "stacks"
 OUTPUT_LOG = "output.log"  # gpufix.record.layout.OUTPUT_LOG, not imported: keep this module light
@@ -67,7 +67,9 @@ class JobMonitor:
             stacks = os.path.join(record, STACKS_DIR) if record else os.path.join(os.path.dirname(watched), STACKS_DIR)
             kwargs = {"report": self._report} if self._report else {}
             probe = os.path.join(record, "probe") if record and os.path.isdir(os.path.join(record, "probe")) else None
-            self.watchdog = HangWatchdog(job.pid, pgid, self.hang_timeout_s, stacks, file_activity(watched),
+            # the record's own output: lines printed again do not count as movement (a followed log of attach: any growth)
+            activity = file_activity(watched) if self.activity_file else OutputActivity(watched, probe)
+            self.watchdog = HangWatchdog(job.pid, pgid, self.hang_timeout_s, stacks, activity,
                                          self.sampler, self.on_hang, probe_dir=probe, **kwargs)
             self.watchdog.start()
 

@@ -2,9 +2,9 @@
 `hang_timeout_s`, dump every process's stacks, diagnose them, say so on stderr, then wait for
 the job to move again (`on_hang="wait"`) or end it (`on_hang="kill"`).
 
-"Printed something" is read from the size and mtime of a file: the record's `output.log` under
-`gpufix run` (the relay appends every chunk there, so no hook in the relay is needed), the
-followed log under `gpufix attach`. "GPUs idle" comes from the telemetry sampler: the GPUs
+"Printed something" is read from a file: the record's `output.log` under `gpufix run` (the relay
+appends every chunk there, so no hook in the relay is needed; only lines not printed before count,
+and the probe's records growing: `OutputActivity`), the followed log under `gpufix attach`. "GPUs idle" comes from the telemetry sampler: the GPUs
 where the job's tree holds memory (every GPU when that is unknown) all below `BUSY_UTIL_PCT`;
 no telemetry at all counts as idle, so on a machine without NVML output alone decides.
 """
@@ -53,6 +53,74 @@ def file_activity(path: str) -> Callable[[], tuple[int, int, int] | None]:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
     return activity
+
+
+class OutputActivity:
+    """A reading of the job's output that changes only when the job moves: new output that is not the same lines
+    again, or the probe's records growing (a step taken). A job that loops printing one traceback (tried: DataLoader
+    workers out of file descriptors, whose fd server retries `accept` without end, 1.6 GB of the same 6 lines in five
+    minutes) is as stuck as a silent one; a training loop's own lines change (step numbers, losses), and a partial
+    line (a progress bar, dots) counts as movement. `repeating` says why the last stretch did not count."""
+
+    READ_LIMIT = 256 << 10  # the newest bytes read per poll: enough lines to judge, bounded however fast it prints
+    REMEMBERED = 4096  # distinct lines remembered (hashes), the oldest forgotten first
+
+    def __init__(self, path: str, probe_dir: str | None = None) -> None:
+        self.path = path
+        self.probe_dir = probe_dir
+        self.repeating = False
+        self._token = 0
+        self._file: tuple[int, int] | None = None  # (inode, size) last read
+        self._probe_size = -1
+        self._seen: dict[int, None] = {}
+
+    def __call__(self) -> int:
+        if self._probe_moved() | self._output_moved():
+            self._token += 1
+        return self._token
+
+    def _probe_moved(self) -> bool:
+        if not self.probe_dir:
+            return False
+        try:
+            size = sum(e.stat().st_size for e in os.scandir(self.probe_dir) if e.name.startswith("probe-"))
+        except OSError:
+            return False
+        moved, self._probe_size = self._probe_size >= 0 and size != self._probe_size, size
+        return moved
+
+    def _output_moved(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        before, self._file = self._file, (st.st_ino, st.st_size)
+        if before is None or before[0] != st.st_ino or st.st_size < before[1]:
+            return before is not None  # replaced or rewritten: movement (the first reading is the baseline)
+        if st.st_size == before[1]:
+            return False
+        start = max(before[1], st.st_size - self.READ_LIMIT)
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(start)
+                new = f.read(st.st_size - start)
+        except OSError:
+            return True
+        lines = new.split(b"\n")
+        complete = lines[1:-1] if start > before[1] else lines[:-1]  # a cut first line is not judged
+        if not complete or lines[-1]:  # only a partial line, or one still being written: movement
+            self.repeating = False
+            return True
+        fresh = False
+        for line in complete:
+            key = hash(line)
+            if key not in self._seen:
+                fresh = True
+                self._seen[key] = None
+                if len(self._seen) > self.REMEMBERED:
+                    del self._seen[next(iter(self._seen))]
+        self.repeating = not fresh
+        return fresh
 
 
 def gpus_busy(sampler: Any) -> bool:
@@ -223,7 +291,9 @@ class HangWatchdog:
         """Dump, diagnose, report, and end the job if asked to; returns what was found."""
         from gpufix.watchdog.stacks import dump_tree
 
-        dumps = dump_tree(self.pid, self.pgid, self.stacks_dir, reason=f"no output and idle GPUs for {idle_s:.0f} s")
+        repeating = bool(getattr(self._activity, "repeating", False))
+        quiet = "only the same output again" if repeating else "no output"
+        dumps = dump_tree(self.pid, self.pgid, self.stacks_dir, reason=f"{quiet} and idle GPUs for {idle_s:.0f} s")
         paths = [d.path for d in dumps]
         from_probe = probe_stacks(self.probe_dir, self.stacks_dir) if self.probe_dir and dumps else None
         if from_probe:
@@ -231,7 +301,7 @@ class HangWatchdog:
         findings = diagnose_dumps(paths)
         killed = self.on_hang == "kill" and bool(dumps)
         telemetry = "its GPUs idle" if self._sampler is not None and self._sampler.gpu_ok else "no GPU telemetry"
-        report = HangReport(time.time(), idle_s, tuple(paths), tuple(findings), killed, f"no output, {telemetry}")
+        report = HangReport(time.time(), idle_s, tuple(paths), tuple(findings), killed, f"{quiet}, {telemetry}")
         self._save(report)
         self._report(report)
         self.hangs.append(report)  # last: whoever sees it finds the dump saved and reported

@@ -199,3 +199,59 @@ def test_ctrl_c_on_a_stalled_loader_names_the_stuck_worker_line(tmp_path: Path) 
     else:  # /proc only: the Ctrl-C traceback still shows the wait
         assert findings["HNG005"]["consequence_of"] is None, findings
     assert "HNG010" not in findings  # gpufix did not end it
+
+
+def test_output_activity_counts_new_lines_not_the_same_lines_again(tmp_path: Path) -> None:
+    from gpufix.watchdog.watchdog import OutputActivity
+
+    log, probe = tmp_path / "output.log", tmp_path / "probe"
+    probe.mkdir()
+    log.write_bytes(b"")
+    activity = OutputActivity(str(log), str(probe))
+    first = activity()
+
+    def printed(text: bytes) -> int:
+        with open(log, "ab") as f:
+            f.write(text)
+        return activity()
+
+    block = b"Traceback (most recent call last):\nOSError: [Errno 24] Too many open files\n"
+    moved = printed(block)
+    assert moved != first  # new lines
+    assert printed(block * 50) == moved and activity.repeating  # the same lines again: no movement
+    assert printed(b"step 1 loss 0.5\n") != moved and not activity.repeating  # a training line
+    now = activity()
+    assert printed(b"Epoch 3:  41%|####      | 12/29") != now  # a partial line (a progress bar) moves
+    now = activity()
+    assert activity() == now  # nothing new anywhere
+    (probe / "probe-7.jsonl").write_text('{"kind":"step"}\n')
+    assert activity() != now  # the probe's records grew: a step taken, whatever the output
+    now = activity()
+    assert printed(block * 3) == now  # and the old traceback again is still nothing
+
+
+REPEATER = """
+import time, traceback
+print("starting", flush=True)
+while True:  # the same traceback without end, as DataLoader workers' fd server prints it on EMFILE
+    try:
+        raise OSError(24, "Too many open files")
+    except OSError:
+        traceback.print_exc()
+    time.sleep(0.002)
+"""
+
+
+def test_a_job_that_prints_the_same_traceback_without_end_is_a_hang(tmp_path: Path) -> None:
+    """Tried as a user: a loop printing one traceback counted as progress, so --on-hang kill never fired and the
+    record grew by gigabytes. The same lines again are no progress: the watchdog ends it and says why."""
+    from tests.run.helpers import PY, env, records
+
+    (tmp_path / "job.py").write_text(REPEATER)
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "3", "--on-hang", "kill",
+                           "--", PY, "job.py"], cwd=tmp_path, capture_output=True, env=env(), timeout=120)
+    err = done.stderr.decode()
+    assert "only the same output again" in err, err[-2000:]
+    (record,) = records(tmp_path / "runs")
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    assert any(f["code"] == "HNG010" for f in findings), [f["code"] for f in findings]
