@@ -141,7 +141,8 @@ def rows():  # type: ignore[no-untyped-def]
 # 82.1% / 96.8% before any tuning.
 # The eighteenth: 89.3% / 97.2% on 6074 cases with rep59a-f and rep60a-c, 537 more (laptops, multi-GPU workstations,
 # HPC clusters, single-GPU fine-tuning, rented clouds, runs failing late, upgrades, WSL2, quick starts; 175 GPU
-# failures), 81.7% / 99.2% before any tuning on them.
+# failures), 81.7% / 99.2% before any tuning on them; 89.5% / 97.3% on 6121 cases with rep61a-b, 97 more (shared lab
+# servers, local notebooks; 61 GPU failures), 93.4% / 100% before any tuning.
 VALIDATION_GPU_TOP1 = 0.885
 VALIDATION_ORDINARY_CLEAN = 0.955
 
