@@ -233,28 +233,38 @@ def _host_memory(trial: Trial) -> dict[str, float]:
     return out
 
 
+PAST_FAILURE_STEPS = (int, 30, "optimizer steps per trial (at least; a re-run goes past the step that failed)")
+
+
+def _worker_rerun(experiment: Experiment, ctx: Context, finding: dict[str, Any], params: dict[str, Any],
+                  no_workers: str) -> tuple[int, dict[str, Any], int] | Skip:
+    """(the job's num_workers, the parameters, the steps to re-run) for an experiment about the loader's worker
+    processes, or why it cannot run. The steps go half again past the step that failed: what grows with every item
+    loaded (memory, descriptors) reaches its limit at a step that varies with prefetching and timing (tried: killed
+    at step 24 in the job, 30 steps passed in its re-run)."""
+    loader = ctx.main_loader()
+    if loader is None:
+        return Skip(experiment.name, finding["code"], "the probe saw no torch DataLoader in the run")
+    workers = int(loader.get("num_workers") or 0)
+    if workers < 1:
+        return Skip(experiment.name, finding["code"], f"the job's DataLoader had num_workers=0: {no_workers}")
+    params = experiment.with_defaults(params)
+    return workers, params, max(params["steps"], ctx.steps_through_failure(1) * 3 // 2)
+
+
 class LoaderMemory(Experiment):
     name = "loader-memory"
     description = ("re-run through the failing step with the job's loader workers and with fewer, sampling the host "
                    "memory they hold and what the host has left")
     budget_s = 300.0
-    params = {"steps": (int, 30, "optimizer steps per trial (at least; a re-run goes past the step that failed)"),
-              "trial_timeout_s": (float, 90.0, "the most one trial may take")}
+    params = {"steps": PAST_FAILURE_STEPS, "trial_timeout_s": (float, 90.0, "the most one trial may take")}
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
-        loader = ctx.main_loader()
-        if loader is None:
-            return Skip(self.name, finding["code"], "the probe saw no torch DataLoader in the run: no worker "
-                        "processes to count")
-        workers = int(loader.get("num_workers") or 0)
-        if workers < 1:
-            return Skip(self.name, finding["code"], "the job's DataLoader had num_workers=0: no worker processes "
-                        "to take away")
-        params = self.with_defaults(params)
+        found = _worker_rerun(self, ctx, finding, params, "no worker processes to take away")
+        if isinstance(found, Skip):
+            return found
+        workers, params, steps = found
         counts = [workers, *sorted({workers // 2, 0} - {workers}, reverse=True)]
-        # half again past the step that failed: memory that grows with every item loaded reaches its limit at a
-        # step that varies with prefetching and timing (tried: killed at step 24 in the job, 30 steps passed)
-        steps = max(params["steps"], ctx.steps_through_failure(1) * 3 // 2)
         return Plan(self.name, finding["code"], f"re-run {steps} steps with num_workers={workers} (the job's), then "
                     f"with {' and '.join(str(c) for c in counts[1:])} if memory ran short, sampling host memory every "
                     f"{SAMPLE_S} s", len(counts) * params["trial_timeout_s"] / 3, ctx.gpu,
@@ -339,18 +349,14 @@ class LoaderSharing(Experiment):
     description = ("re-run through the failing step as it is and with DataLoader workers handing tensors over by "
                    "file name (file_system sharing) instead of as open file descriptors")
     budget_s = 240.0
-    params = {"steps": (int, 30, "optimizer steps per trial (at least; a re-run goes past the step that failed)"),
+    params = {"steps": PAST_FAILURE_STEPS,
               "trial_timeout_s": (float, 60.0, "the most one trial may take (a loader out of descriptors may hang)")}
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
-        loader = ctx.main_loader()
-        if loader is None:
-            return Skip(self.name, finding["code"], "the probe saw no torch DataLoader in the run")
-        if not int(loader.get("num_workers") or 0):
-            return Skip(self.name, finding["code"], "the job's DataLoader had num_workers=0: no worker hands tensors "
-                        "over")
-        params = self.with_defaults(params)
-        steps = max(params["steps"], ctx.steps_through_failure(1) * 3 // 2)
+        found = _worker_rerun(self, ctx, finding, params, "no worker hands tensors over")
+        if isinstance(found, Skip):
+            return found
+        _workers, params, steps = found
         return Plan(self.name, finding["code"], f"re-run {steps} steps as they are, then with "
                     "torch.multiprocessing.set_sharing_strategy('file_system')", 2 * params["trial_timeout_s"] / 2,
                     ctx.gpu, {"sharing_strategy": "file_system"}, {**params, "steps": steps})

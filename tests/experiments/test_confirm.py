@@ -370,11 +370,12 @@ def test_a_worker_killed_with_memory_to_spare_is_not_blamed_on_memory(tmp_path: 
     """A dataset that SIGKILLs the process loading one item: "is killed by signal: Killed", which a pasted log reads
     as the out-of-memory killer (DAT002); under gpufix run the host telemetry shows memory to spare (DAT019), and
     loader-memory measures it again, then with num_workers=0, where the job itself is killed by its data code."""
-    record = failed_run(tmp_path, "worker_sigkill.py", expect=1, run_options=("--interval", "0.2"))
+    record = failed_run(tmp_path, "worker_loader.py", "--kill-item", "137", expect=1, run_options=("--interval", "0.2"))
     findings = json.loads((record / "result.json").read_text())["findings"]
     codes = [f["code"] for f in findings]
     assert codes[0] == "DAT019" and "DAT002" not in codes, codes
-    assert {f["code"]: f["consequence_of"] for f in findings}.get("DAT004") == "DAT019"
+    # (torch reports the worker's end as "exited unexpectedly" too in some runs: then a consequence)
+    assert {f["code"]: f["consequence_of"] for f in findings}.get("DAT004", "DAT019") == "DAT019"
     assert float(findings[0]["fields"]["avail_share"]) >= 0.4
     rc, data = confirm(record)
     # the consequence's experiment (loader-benchmark for DAT004) is not planned: DAT019's explains it
@@ -395,10 +396,10 @@ def test_a_worker_that_fills_its_cgroup_is_confirmed_as_the_out_of_memory_killer
     with memory_cgroup(tmp_path, 1200 << 20) as join:
         work = tmp_path / "work"
         work.mkdir()
-        shutil.copy(JOBS / "worker_memory.py", work / "worker_memory.py")
+        shutil.copy(JOBS / "worker_loader.py", work / "worker_loader.py")
         done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--interval", "0.2",
-                               "worker_memory.py"], cwd=work, capture_output=True, env=env(), preexec_fn=join,
-                              timeout=300)
+                               "worker_loader.py", "--cache-mib", "16"], cwd=work, capture_output=True, env=env(),
+                              preexec_fn=join, timeout=300)
         assert done.returncode != 0, done.stdout.decode()[-2000:]
         (record,) = records(work / "runs")
         findings = json.loads((record / "result.json").read_text())["findings"]
