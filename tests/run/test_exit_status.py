@@ -130,3 +130,23 @@ def test_a_job_killed_for_its_cgroup_s_memory_is_read_as_the_out_of_memory_kille
     [root] = [f for f in json.loads((record / "result.json").read_text())["findings"] if f["consequence_of"] is None]
     assert root["code"] == "GEN012" and "which gpufix did not send" in root["message"], root
     assert "MiB at gpufix's last samples" in root["message"], root["message"]
+
+
+def test_a_rank_killed_by_sigkill_under_torchrun_is_the_root_cause_not_the_launcher_s_error(tmp_path: Path) -> None:
+    """Tried as a user: rank 1 of two SIGKILLed (plenty of memory left): torchrun prints its '-9' line and raises
+    ChildFailedError. GEN024 names the kill; the launcher's exception is its consequence, not 'also found'."""
+    import json
+
+    from tests.run.helpers import torchrun_under_gpufix
+
+    (tmp_path / "job.py").write_text(
+        "import os, signal, time\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "print('rank', dist.get_rank(), 'step 1', flush=True)\ntime.sleep(1.0)\n"
+        "if dist.get_rank() == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ntime.sleep(3)\ndist.barrier()\n")
+    done, record = torchrun_under_gpufix(tmp_path, "job.py", "--interval", "0.2")
+    assert done.returncode != 0, done.stderr.decode()[-2000:]
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    roots = [f["code"] for f in findings if f["consequence_of"] is None]
+    assert roots[0] == "GEN024", [(f["code"], f["consequence_of"]) for f in findings]
+    assert "torchrun's worker 1 was killed by SIGKILL" in findings[0]["message"]
+    assert {f["code"]: f["consequence_of"] for f in findings}.get("GEN000", "GEN024") == "GEN024"
