@@ -204,7 +204,7 @@ PLENTY = 0.40
 SAMPLE_S = 0.1  # host telemetry interval of its trials
 # a process of the job ended by SIGKILL: a worker's message, torchrun's -9, or the job itself (137)
 _KILLED = re.compile(r"is killed by signal: Killed|exitcode: -9\b|killed by SIGKILL")
-_KILL_CODES = ("DAT002", "DAT019", "GEN012", "GEN024")
+_KILL_CODES = ("DAT002", "DAT019", "DAT020", "GEN012", "GEN024")
 # findings that say the SIGKILL was not for memory (the host telemetry showed plenty): the measurement that refutes
 # the out-of-memory killer confirms them, and the other way round
 _NOT_MEMORY = ("DAT019", "GEN024")
