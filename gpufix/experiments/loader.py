@@ -358,7 +358,7 @@ class LoaderSharing(Experiment):
             return found
         _workers, params, steps = found
         return Plan(self.name, finding["code"], f"re-run {steps} steps as they are, then with "
-                    "torch.multiprocessing.set_sharing_strategy('file_system')", 2 * params["trial_timeout_s"] / 2,
+                    "torch.multiprocessing.set_sharing_strategy('file_system')", params["trial_timeout_s"],
                     ctx.gpu, {"sharing_strategy": "file_system"}, {**params, "steps": steps})
 
     def run(self, ctx: Context, plan: Plan) -> Result:

@@ -213,24 +213,29 @@ def _read_int(path: str) -> int | None:
     return int(text) if text.isdigit() else None  # "max" (no limit) is not a number
 
 
-def _cgroup_limit(pid: int | str = "self") -> tuple[int, int] | None:
-    """(limit, usage) in bytes of the tightest memory limit over the process's cgroup and its ancestors
-    (Slurm sets it on the job, a container on its root), cgroup v2 or v1; None when no limit is set."""
+_cgroup_folders: dict[tuple[str, str, int | str], list[tuple[str, str]]] = {}
+
+
+def _cgroup_files(pid: int | str) -> list[tuple[str, str]]:
+    """(limit file, usage file) of each memory cgroup folder over the process's cgroup and its ancestors, v2 or v1,
+    found once per process (a process's cgroup does not change; the sampler reads the files every second)."""
+    key = (PROC, CGROUP, pid)
+    if key in _cgroup_folders:
+        return _cgroup_folders[key]
     try:
         with open(f"{PROC}/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
-        return None
-    candidates: list[tuple[str, str, str]] = []
+        return []
+    found: list[tuple[str, str]] = []
     for line in lines:
         _id, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if controllers == "":  # v2: files named memory.max / memory.current
-            candidates.append((CGROUP, path, "memory.max|memory.current"))
+            mount, limit_file, usage_file = CGROUP, "memory.max", "memory.current"
         elif "memory" in controllers.split(","):
-            candidates.append((f"{CGROUP}/memory", path, "memory.limit_in_bytes|memory.usage_in_bytes"))
-    best: tuple[int, int] | None = None
-    for mount, path, files in candidates:
-        limit_file, usage_file = files.split("|")
+            mount, limit_file, usage_file = f"{CGROUP}/memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
         parts = [p for p in path.split("/") if p]
         # The process's cgroup and its ancestors up to the mount's root. Inside a container without a cgroup
         # namespace the path names the host's folders while the mount is the container's own: its tail is what
@@ -238,9 +243,21 @@ def _cgroup_limit(pid: int | str = "self") -> tuple[int, int] | None:
         for start in range(len(parts) + 1):
             for depth in range(len(parts), start - 1, -1):
                 folder = "/".join([mount, *parts[start:depth]])
-                limit, usage = _read_int(f"{folder}/{limit_file}"), _read_int(f"{folder}/{usage_file}")
-                if limit is not None and usage is not None and (best is None or limit < best[0]):
-                    best = (limit, usage)
+                pair = (f"{folder}/{limit_file}", f"{folder}/{usage_file}")
+                if pair not in found and os.path.isfile(pair[0]) and os.path.isfile(pair[1]):
+                    found.append(pair)
+    _cgroup_folders[key] = found
+    return found
+
+
+def _cgroup_limit(pid: int | str = "self") -> tuple[int, int] | None:
+    """(limit, usage) in bytes of the tightest memory limit over the process's cgroup and its ancestors
+    (Slurm sets it on the job, a container on its root); None when no limit is set."""
+    best: tuple[int, int] | None = None
+    for limit_file, usage_file in _cgroup_files(pid):
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None and (best is None or limit < best[0]):
+            best = (limit, usage)
     return best
 
 

@@ -71,6 +71,7 @@ class OutputActivity:
         self.repeating = False
         self._token = 0
         self._file: tuple[int, int] | None = None  # (inode, size) last read
+        self._mid_line = False  # the last read ended inside a line: the next read's first piece is not a whole line
         self._probe_size = -1
         self._seen: dict[int, None] = {}
 
@@ -96,6 +97,7 @@ class OutputActivity:
             return False
         before, self._file = self._file, (st.st_ino, st.st_size)
         if before is None or before[0] != st.st_ino or st.st_size < before[1]:
+            self._mid_line = not _ends_line(self.path, st.st_size)
             return before is not None  # replaced or rewritten: movement (the first reading is the baseline)
         if st.st_size == before[1]:
             return False
@@ -107,8 +109,12 @@ class OutputActivity:
         except OSError:
             return True
         lines = new.split(b"\n")
-        complete = lines[1:-1] if start > before[1] else lines[:-1]  # a cut first line is not judged
-        if not complete or lines[-1]:  # only a partial line, or one still being written: movement
+        # Only whole lines are judged: not a first piece that a cut read or the last read's end split, nor the line
+        # still being written (a relay's chunks split lines anywhere, so the pieces of a repeated line differ).
+        cut = start > before[1] or self._mid_line
+        self._mid_line = bool(lines[-1])
+        complete = lines[1:-1] if cut else lines[:-1]
+        if not complete:  # a partial line only (a progress bar redrawn, dots): movement
             self.repeating = False
             return True
         fresh = False
@@ -121,6 +127,18 @@ class OutputActivity:
                     del self._seen[next(iter(self._seen))]
         self.repeating = not fresh
         return fresh
+
+
+def _ends_line(path: str, size: int) -> bool:
+    """Whether the file's first `size` bytes end at a line's end (an empty file does)."""
+    if size == 0:
+        return True
+    try:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            return f.read(1) == b"\n"
+    except OSError:
+        return False
 
 
 def gpus_busy(sampler: Any) -> bool:

@@ -219,6 +219,11 @@ def test_output_activity_counts_new_lines_not_the_same_lines_again(tmp_path: Pat
     moved = printed(block)
     assert moved != first  # new lines
     assert printed(block * 50) == moved and activity.repeating  # the same lines again: no movement
+    # the same lines again in chunks that split lines anywhere (as the relay writes them, each poll seeing a few
+    # lines' worth): the pieces at the cuts are not judged, so still no movement
+    text = block * 40
+    for cut in range(0, len(text), 203):
+        assert printed(text[cut:cut + 203]) == moved, (cut, text[cut:cut + 203])
     assert printed(b"step 1 loss 0.5\n") != moved and not activity.repeating  # a training line
     now = activity()
     assert printed(b"Epoch 3:  41%|####      | 12/29") != now  # a partial line (a progress bar) moves
