@@ -194,13 +194,13 @@ def keep_tail(evidence: Evidence, source: str, window: bytes, whole: bool) -> No
 class LogScanner:
     """Scans inputs for one pattern list; reusable across files."""
 
-    def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None) -> None:
-        self.pattern_set = PatternSet(patterns, literals)
+    def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None, keys: Any = None) -> None:
+        self.pattern_set = PatternSet(patterns, literals, keys)
 
     @classmethod
     def for_rules(cls, ruleset: RuleSet) -> LogScanner:
         """A scanner for a rule pack's line patterns (with their literals, when known)."""
-        return cls(ruleset.line_patterns, ruleset.line_literals())
+        return cls(ruleset.line_patterns, ruleset.line_literals(), ruleset.line_keys())
 
     def scan_stream(self, stream: BinaryIO, source: str) -> Evidence:
         """Scan a binary stream to its end; the stream is read in blocks, never whole."""

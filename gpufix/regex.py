@@ -101,23 +101,55 @@ def may_match(required: Any, text: str, lowered: str | None = None) -> bool:
                    for literal in factor) for factor in factors)
 
 
+def _key_size(literal: Any) -> int:
+    return len(literal) if literal.__class__ is not tuple else max(map(len, literal))
+
+
+def key_index(literals: list[Any]) -> tuple[dict[str, list[int]], dict[str, list[int]], list[int]]:
+    """For `PatternSet.present`: one factor of each pattern's required literals (its most selective) as
+    literal -> the patterns that need it, case-sensitive and folded apart, and the patterns with none.
+
+    A pattern can match only where a literal of each factor occurs, so only the patterns listed under a
+    literal present in the text need their full `may_match`: a few hundred `in` checks instead of one
+    Python call per pattern. (For a tuple literal, whose parts must all occur, its longest part is the key.)
+    """
+    case: dict[str, list[int]] = {}
+    folded: dict[str, list[int]] = {}
+    always: list[int] = []
+    for index, required in enumerate(literals):
+        if not required or not required[1]:
+            always.append(index)
+            continue
+        fold, factors = required
+        factor = max(factors, key=lambda f: (min(map(_key_size, f), default=0), -len(f)))
+        table = folded if fold else case
+        for literal in factor:
+            key = literal if literal.__class__ is not tuple else max(literal, key=len)
+            table.setdefault(key, []).append(index)
+    return case, folded, always
+
+
 class PatternSet:
     """Many patterns searched in one pass: `present(data)` says which occur anywhere.
 
-    Two ways to find them: one RE2 set over the data (grep speed on big inputs, but compiling a
-    few hundred patterns into it costs ~13 ms), or, on small inputs when each pattern's required
-    literals are known, `literal in data` checks that leave only a handful of candidates to search.
+    Two ways to find them: one RE2 set over the data (grep speed on big inputs, but compiling
+    ~1400 patterns into it costs ~54 ms), or, on small inputs when each pattern's required
+    literals are known, `literal in data` checks (`key_index`) that leave only a handful of
+    candidates to search.
     """
 
-    # Below this, literal checks beat building the set: each input byte is searched once per
-    # pattern (~350 patterns), which matches the set's ~13 ms compile at about 64 KiB.
-    SMALL_INPUT = 64 << 10
+    # Below this, literal checks beat building the set: each input byte is searched once per key literal
+    # (~1300) and by more candidates as it grows, which passes the set's ~54 ms compile at 40-48 KiB
+    # (benchmarks/scan_paths.py). Set lower, since a real scan also compiles each candidate once.
+    SMALL_INPUT = 32 << 10
 
-    def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None) -> None:
+    def __init__(self, patterns: list[tuple[str, bool]], literals: list[Any] | None = None,
+                 keys: Any = None) -> None:
         self.patterns = patterns
         # per pattern: None (no literal known) or (folded, [[str alternatives] per factor]); see rules/literals.py.
         # They stay text: `present` decodes the (small) input once instead of encoding ~4000 literals per process.
         self.literals = literals
+        self._keys = keys  # key_index(literals), precomputed by the rule cache or built on first use
         self._set: Any = None
 
     def _compiled_set(self) -> Any:
@@ -143,18 +175,24 @@ class PatternSet:
             if combined is False:
                 return [i for i in range(len(self.patterns)) if self.regex(i).search(data)]
             return sorted(combined.Match(data) or ())
+        if self._keys is None:
+            self._keys = key_index(self.literals)
+        case, folded, always = self._keys
         # surrogateescape keeps every byte: a literal occurs in the text exactly where its UTF-8 occurs in the data
         # (invalid bytes become lone surrogates, which no literal holds). Folding lowers ASCII only, as bytes.lower().
         text = data.decode("utf-8", "surrogateescape")
-        lowered: str | None = None
+        lowered = data.lower().decode("utf-8", "surrogateescape")
+        candidates = set(always)
+        for literal, indices in case.items():
+            if literal in text:
+                candidates.update(indices)
+        for literal, indices in folded.items():
+            if literal in lowered:
+                candidates.update(indices)
         found = []
-        for index, required in enumerate(self.literals):
-            if required is not None:
-                if required[0] and lowered is None:
-                    lowered = data.lower().decode("utf-8", "surrogateescape")
-                if not may_match(required, text, lowered):
-                    continue
-            if self.regex(index).search(data):
+        for index in sorted(candidates):
+            required = self.literals[index]
+            if (required is None or may_match(required, text, lowered)) and self.regex(index).search(data):
                 found.append(index)
         return found
 

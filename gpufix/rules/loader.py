@@ -22,12 +22,14 @@ if TYPE_CHECKING:
 
 from gpufix import __version__
 from gpufix.errors import RuleError
-from gpufix.rules.model import CATEGORIES, DETAIL_KEYS, LazyRuleSet, Rule, RuleSet, lazy_index, pattern_key
+from gpufix.rules.model import (CATEGORIES, DETAIL_KEYS, LazyRuleSet, Rule, RuleSet, exception_literals, lazy_index,
+                                lean_entry, pattern_key)
 
-SCHEMA_VERSION = 12  # 9: the lean cache holds the index LazyRuleSet reads (line patterns, what each rule needs);
+SCHEMA_VERSION = 13  # 9: the lean cache holds the index LazyRuleSet reads (line patterns, what each rule needs);
 # 10: a series condition needs its series (series_key), so measured rules are skipped for a pasted log;
 # 11: a required literal may be a tuple of words that must all occur (rules/literals.py)
 # 12: an experiment reference may carry `when` guards, as a fix does
+# 13: lean entries are (code, category, family, status, blob) and the index holds the line literals and their keys
 RULES_PATH_ENV = "GPUFIX_RULES_PATH"
 CACHE_DIR_ENV = "GPUFIX_CACHE_DIR"
 RULE_SUFFIXES = (".yaml", ".yml")
@@ -152,9 +154,10 @@ def load_ruleset(
     ruleset = _build(entries, {}, notes)
     ruleset.literals = literals = _literals(ruleset)
     if use_cache:
-        lean = [{**e, "rule": _lean(e["rule"])} for e in entries]
-        _write_cache(os.path.join(folder, name + ".lean"),
-                     {"key": key, "entries": lean, "literals": literals, "notes": notes, "index": lazy_index(ruleset)})
+        lean = [lean_entry({**e, "rule": _lean(e["rule"])}) for e in entries]
+        _write_cache(os.path.join(folder, name + ".lean"), {"key": key, "entries": lean, "notes": notes,
+                                                           "literals": exception_literals(ruleset),
+                                                           "index": lazy_index(ruleset)})
         _write_cache(os.path.join(folder, name + ".full"),
                      {"key": key, "entries": entries, "literals": literals, "notes": notes})
         prune_cache(folder)
@@ -354,7 +357,7 @@ def _write_cache(cache_file: str, content: dict[str, Any]) -> None:
 
 def _lazy(entries: list[dict[str, Any]], literals: dict[str, Any], notes: list[str], index: dict[str, Any]) -> RuleSet:
     """The lean cache's rules, each built when first read (LazyRuleSet)."""
-    if any(entry["rule"]["category"] not in CATEGORIES for entry in entries):  # a cache of another schema
+    if any(entry[1] not in CATEGORIES for entry in entries):  # a cache of another schema
         raise KeyError("category")
     return LazyRuleSet(entries, literals, notes, index)
 

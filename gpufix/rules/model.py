@@ -6,6 +6,7 @@ define, which matters on `gpufix explain`'s start-up path (a dataclass costs ~0.
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Mapping  # already loaded by the interpreter's start-up (_collections_abc)
 
 TYPE_CHECKING = False  # typing costs start-up time; annotations are strings (PEP 563)
@@ -301,6 +302,10 @@ class RuleSet:
             return None
         return [self.literals.get(pattern_key(p, ic)) for p, ic in self.line_patterns]
 
+    def line_keys(self) -> Any:
+        """`regex.key_index` of `line_literals()` when precomputed (the lean cache), else None."""
+        return None
+
     def line_index(self, leaf: Leaf) -> int:
         assert leaf.line is not None
         return self._line_index[(leaf.line, leaf.ignore_case)]
@@ -411,30 +416,33 @@ class _ByCode(Mapping):  # of str -> Rule
 class LazyRuleSet(RuleSet):
     """A RuleSet read from the lean cache that builds each Rule only when something reads it.
 
-    Building all ~220 rules costs ~7 ms of `gpufix explain`'s start-up; a diagnosis reads the rules
+    Building all ~230 rules costs ~7 ms of `gpufix explain`'s start-up; a diagnosis reads the rules
     that can match (`candidates`: one of their line patterns occurred, an exception record has the
     literals one of their exception matchers requires, or they have series or vocabulary matchers)
-    and the ones it ranks. The line patterns, their index and what each rule needs come precomputed
-    from the cache (`lazy_index`).
+    and the ones it ranks. Each entry is `lean_entry`: what is read of every rule as values, the rest
+    one marshalled blob (a byte copy to load). The line patterns, their literals and key index
+    (regex.key_index) and what each rule needs come precomputed from the cache (`lazy_index`), in the
+    shapes used, so that loading builds nothing.
     """
 
-    def __init__(self, entries: list[dict[str, Any]], literals: dict[str, Any], notes: list[str],
+    def __init__(self, entries: list[tuple[Any, ...]], literals: dict[str, Any], notes: list[str],
                  index: dict[str, Any]) -> None:
         self._entries = entries
         self._built: list[Rule | None] = [None] * len(entries)
-        self.position = {entry["rule"]["code"]: i for i, entry in enumerate(entries)}
+        self.position = {entry[0]: i for i, entry in enumerate(entries)}
         self.by_code = _ByCode(self)  # type: ignore[assignment]
         self.notes = list(notes)
-        self.literals = literals or {}
-        self.line_patterns = [(pattern, bool(ignore_case)) for pattern, ignore_case in index["line_patterns"]]
-        self._line_index = {key: i for i, key in enumerate(self.line_patterns)}
-        self._needs = [None if need is None else (frozenset(need[0]), tuple(tuple(pair) for pair in need[1]))
-                       for need in index["rule_needs"]]
+        self.literals = literals or {}  # of the exception and message patterns; the line patterns' are below
+        self.line_patterns = index["line_patterns"]
+        self._line_literals = index["line_literals"]
+        self._line_keys = index["line_keys"]
+        self._line_index = dict(zip(self.line_patterns, range(len(self.line_patterns))))
+        self._needs = index["rule_needs"]
 
     def rule_at(self, i: int) -> Rule:
         rule = self._built[i]
         if rule is None:
-            entry = self._entries[i]
+            entry = marshal.loads(self._entries[i][-1])
             rule = self._built[i] = Rule.from_dict(entry["rule"], entry["source"], entry["line"])
         return rule
 
@@ -442,21 +450,49 @@ class LazyRuleSet(RuleSet):
     def rules(self) -> list[Rule]:
         return [self.rule_at(i) for i in range(len(self._entries))]
 
+    def line_literals(self) -> list[Any] | None:
+        return self._line_literals
+
+    def line_keys(self) -> Any:
+        return self._line_keys
+
+    def subset(self, rules: list[Rule]) -> RuleSet:
+        chosen = super().subset(rules)
+        chosen.literals = {**self.literals, **{pattern_key(pattern, ignore_case): literals for (pattern, ignore_case), literals
+                                               in zip(self.line_patterns, self._line_literals)}}
+        return chosen
+
     def family_of(self, category: str) -> Rule | None:
-        for i, entry in enumerate(self._entries):  # without building every rule
-            rule = entry["rule"]
-            if rule.get("family") and rule.get("category") == category and rule.get("status") != "deprecated":
+        for i, (_code, rule_category, family, status, _blob) in enumerate(self._entries):  # without building every rule
+            if family and rule_category == category and status != "deprecated":
                 return self.rule_at(i)
         return None
 
 
+def lean_entry(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """A validated entry ({rule, source, line, ...}, the rule already lean) as LazyRuleSet keeps it:
+    (code, category, family, status, the marshalled entry)."""
+    rule = entry["rule"]
+    return rule["code"], rule["category"], bool(rule.get("family")), rule.get("status"), marshal.dumps(entry)
+
+
 def lazy_index(ruleset: RuleSet) -> dict[str, Any]:
-    """What `LazyRuleSet` reads instead of building every rule: the line patterns in order and what
-    each rule needs (`needs`), as plain lists for the marshalled cache."""
-    out = [needs(rule, ruleset._line_index) for rule in ruleset.rules]
-    return {"line_patterns": [list(key) for key in ruleset.line_patterns],
-            "rule_needs": [None if need is None else [sorted(need[0], key=str), [list(pair) for pair in need[1]]]
-                           for need in out]}
+    """What `LazyRuleSet` reads instead of building every rule: the line patterns in order, their required
+    literals and key index (regex.key_index), and what each rule needs (`needs`), as marshal keeps them."""
+    from gpufix.regex import key_index
+
+    line_literals = ruleset.line_literals() or [None] * len(ruleset.line_patterns)
+    return {"line_patterns": list(ruleset.line_patterns),
+            "line_literals": line_literals,
+            "line_keys": key_index(line_literals),
+            "rule_needs": [needs(rule, ruleset._line_index) for rule in ruleset.rules]}
+
+
+def exception_literals(ruleset: RuleSet) -> dict[str, Any]:
+    """The required literals of the exception-type and message patterns: what `LazyRuleSet.literals` holds."""
+    keys = {pattern_key(pattern, leaf.ignore_case) for rule in ruleset.rules for leaf in rule.match.leaves()
+            for pattern in (leaf.exception, leaf.message) if pattern is not None}
+    return {key: value for key, value in ruleset.literals.items() if key in keys}
 
 
 def pattern_key(pattern: str, ignore_case: bool) -> str:

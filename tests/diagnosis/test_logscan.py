@@ -199,3 +199,26 @@ def test_a_pattern_set_too_big_for_re2_falls_back_to_searching_each_pattern(monk
     patterns = [(rf"foo{i}\s+bar.*baz[a-z]{{1,40}}qux", True) for i in range(300)]
     found = regex.PatternSet(patterns).present(b"x" * (regex.PatternSet.SMALL_INPUT + 1) + b"\nFOO7 bar bazaqux\n")
     assert found == [7]
+
+
+def test_the_literal_path_finds_exactly_the_patterns_that_match() -> None:
+    """`key_index` keys each pattern on one factor of its required literals; the candidates it leaves must still
+    pass every factor, a tuple literal needs all its parts, folded literals match any case, and a pattern with
+    no literal known is always searched."""
+    from gpufix import regex
+
+    patterns = [(r"CUDA out of memory", False), (r"cuda\s+out\s+of\s+memory", True), (r"(?:illegal|misaligned) address", False),
+                (r"\bnan\b.{0,20}loss", False), (r"[0-9]", False), (r"NCCL error in: \S+", False)]
+    literals = [(False, [["CUDA out of memory"]]), (True, [["cuda"], ["out"], ["memory"]]),
+                (False, [["illegal", "misaligned"], [" address"]]), (False, [[("nan", "loss")]]), None,
+                (False, [["NCCL error in:"]])]
+    keys = regex.key_index(literals)
+    # each pattern keyed once, on its most selective factor (a tuple on its longest part); folded ones apart
+    assert keys == ({"CUDA out of memory": [0], " address": [2], "loss": [3], "NCCL error in:": [5]}, {"memory": [1]}, [4])
+    for text, expected in [(b"RuntimeError: CUDA out of memory.", [0, 1]), (b"Cuda  OUT of Memory", [1]),
+                           (b"misaligned address at line 3", [2, 4]), (b"misaligned at line 3", [4]),
+                           (b"got nan in the loss", [3]), (b"loss is nan", []), (b"NCCL error in: x.cpp:12", [4, 5]),
+                           (b"\xff\xfe CUDA out of memory \xff", [0, 1]), (b"", [])]:
+        for given in (keys, None):  # precomputed (the rule cache) and built on first use
+            assert regex.PatternSet(patterns, literals, given).present(text) == expected, text
+            assert regex.PatternSet(patterns).present(text) == expected, text  # the RE2 set agrees
