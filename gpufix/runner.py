@@ -526,13 +526,17 @@ def _finish(record: RunRecord | None, result: JobResult, probe: PackageVersions 
         "output_blocked_s": {str(second): round(waited, 3) for second, waited in sorted(result.output_blocked_s.items())
                              if waited >= 0.001},
         "record_dropped_bytes": dropped,
+        # output.log's middle, punched out to bound the record's disk use (record/writer.py): [start, end) bytes
+        "record_omitted": list(record.output.omitted) if getattr(record.output, "omitted", None) else None,
         "forwarded_signals": [signal.Signals(s).name for s in result.forwarded_signals],
         "interrupted_by": interruption(result),
         "diagnosed": False, "findings": [], "summary": None,
     }
     fields["output_lost_bytes"] = {name: lost for name, (lost, _why) in result.output_lost.items()}
     if dropped and not record.ephemeral:
-        why = "it could not be written" if getattr(record.output, "failed", False) else "the disk was too slow"
+        why = ("it could not be written" if getattr(record.output, "failed", False) else
+               "it passed the record's output cap on a filesystem that cannot drop the middle of a file"
+               if getattr(record.output, "capped_at", None) is not None else "the disk was too slow")
         warn(f"{dropped} bytes of the job's output are missing from the run record ({why})")
     text = ""
     # A failed job is always diagnosed. A successful one only when something was measured (GPU

@@ -78,14 +78,21 @@ def evidence_from_record(record_dir: str, scanner: LogScanner, output: bytes | N
     """A run record's evidence: its output.log (or `output`, what `gpufix run` kept in memory when
     the log is incomplete, quoted as output.log's lines), stack dumps and measurements."""
     from gpufix.diagnosis.record import add_record_evidence  # not on a pasted traceback's path
-    from gpufix.record.layout import OUTPUT_LOG
+    from gpufix.record.layout import OUTPUT_LOG, KeptOutput
 
     log = os.path.join(record_dir, OUTPUT_LOG)
     if output is not None:
         evidence = scanner.scan_bytes(output, log)
     else:
-        with open_input(log) as stream:  # the job's text with whatever binary it printed: no sniffing
-            evidence = scan(scanner, stream, log, sniff=False)
+        try:
+            kept = KeptOutput(log)
+        except OSError:
+            kept = open_input(log)  # says what is wrong with the path, as an InputError
+        with kept as stream:  # the job's text with whatever binary it printed: no sniffing
+            evidence = scan(scanner, stream, log, sniff=False)  # type: ignore[arg-type]
+        if getattr(kept, "omitted", 0):
+            evidence.notes.append(f"{log}: {kept.omitted} bytes from the middle of the output were not kept (the record "
+                                  "keeps a long run's first and last part); line numbers after them count from the gap")
     add_record_evidence(evidence, record_dir, scanner)
     # A run's verdict rests on its rules and what was measured; the word model's guess reads pasted logs only
     # (on a healthy run's output it would guess from words what the probe and telemetry measured)

@@ -51,6 +51,7 @@ from gpufix.logscan import (
     scan_exceptions,
     unquote,
 )
+from gpufix.record.layout import data_ranges
 from gpufix.regex import _SET_OPTIONS, PatternSet, _flags, decode_groups
 
 if TYPE_CHECKING:
@@ -74,11 +75,17 @@ PLAIN, GIANT, TAIL = 0, 1, 2
 
 
 def plan_blocks(file: LogFile) -> list[Block]:
-    """The blocks `LogScanner.scan_stream` would cut the file into, as raw byte ranges."""
-    size = file.size
+    """The blocks `LogScanner.scan_stream` would cut the file into, as raw byte ranges: of each of its data
+    ranges (a long run's output.log has its middle punched out, record/writer.py), as `KeptOutput` reads it."""
     blocks: list[Block] = []
-    start = 0  # start of the carried bytes: the previous cut
-    read = 0  # bytes read so far
+    for start, end in file.ranges:
+        blocks += _plan_range(file, start, end)
+    return blocks
+
+
+def _plan_range(file: LogFile, start: int, size: int) -> list[Block]:
+    blocks: list[Block] = []
+    read = start  # bytes read so far; `start`: start of the carried bytes, the previous cut
     while read < size:
         read = min(read + BLOCK_BYTES, size)
         newline = file.last_newline(start, read)
@@ -266,6 +273,7 @@ class LogFile:
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
             self.size = os.fstat(self.fd).st_size
+            self.ranges = data_ranges(self.fd, self.size)
             if hasattr(os, "posix_fadvise"):
                 os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         except BaseException:

@@ -6,6 +6,7 @@ read a record through `gpufix.record.reader.Record`, which builds on these helpe
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -141,6 +142,83 @@ def iter_chunks(record: str) -> Iterator[Any]:  # of Chunk (made on first use)
                 continue
 
 
+def data_ranges(fd: int, size: int) -> list[tuple[int, int]]:
+    """The [start, end) byte ranges of an open file that hold data: the whole file, except where the record
+    writer punched the middle of an oversized output.log out (record/writer.py). Found with SEEK_DATA and
+    SEEK_HOLE (pread-only: the descriptor's position is restored); where the system lacks them, the whole file."""
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    if size <= 0:
+        return []
+    if seek_data is None or seek_hole is None:
+        return [(0, size)]
+    position = os.lseek(fd, 0, os.SEEK_CUR)
+    ranges: list[tuple[int, int]] = []
+    offset = 0
+    try:
+        while offset < size:
+            start = os.lseek(fd, offset, seek_data)
+            if start >= size:
+                break
+            end = min(os.lseek(fd, start, seek_hole), size)
+            ranges.append((start, end))
+            offset = end
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: no data past `offset`; anything else: no hole support, all is data
+            return [(0, size)]
+    finally:
+        os.lseek(fd, position, os.SEEK_SET)
+    return ranges
+
+
+def omitted_bytes(ranges: list[tuple[int, int]], size: int) -> int:
+    """How many bytes of a file of `size` bytes lie outside its data ranges."""
+    return size - sum(end - start for start, end in ranges)
+
+
+class KeptOutput:
+    """An output.log opened for reading from the start, its punched-out middle skipped (`data_ranges`): a
+    scan reads what was kept, never gigabytes of the hole's zeros. `omitted` says how much was skipped."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close()/the context manager
+        size = os.fstat(self._file.fileno()).st_size
+        self._ranges = data_ranges(self._file.fileno(), size)
+        self.omitted = omitted_bytes(self._ranges, size)
+        self._ranges = self._ranges or [(0, 0)]  # an empty file: whatever it holds by the time it is read
+        self._last = b""
+
+    def read(self, size: int = -1) -> bytes:
+        while self._ranges:
+            start, end = self._ranges[0]
+            last = len(self._ranges) == 1
+            at = self._file.tell()
+            if at < start:
+                self._file.seek(start)
+                at = start
+            if not last and at >= end:
+                self._ranges.pop(0)
+                if self._last not in (b"", b"\n"):  # a line the gap cut ends there (as fastscan.plan_blocks cuts it)
+                    self._last = b"\n"
+                    return b"\n"
+                continue
+            # past the size the file had when opened (a run still writing) is read with the last range
+            data = self._file.read(size if last else end - at if size < 0 else min(size, end - at))
+            if data or last:
+                self._last = data[-1:] or self._last
+                return data
+            self._ranges.pop(0)  # shorter than when opened
+        return b""
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> KeptOutput:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def read_stream(record: str, stream: str) -> bytes:
     """The bytes one stream (`stdout`, `stderr` or `tty`) wrote, rebuilt from the index.
 
@@ -150,12 +228,19 @@ def read_stream(record: str, stream: str) -> bytes:
     parts: list[bytes] = []
     indexed_end, last_stream = 0, None
     with open(os.path.join(record, OUTPUT_LOG), "rb") as log:
+        size = os.fstat(log.fileno()).st_size
+        kept = data_ranges(log.fileno(), size)
+        if not kept or kept[-1][1] == size:  # a run still writing: what comes after this moment is data too
+            kept = [*kept[:-1], (kept[-1][0] if kept else 0, 1 << 62)]
         for chunk in iter_chunks(record):
             indexed_end = max(indexed_end, chunk.offset + chunk.length)
             last_stream = chunk.stream
             if chunk.stream == stream:
-                log.seek(chunk.offset)
-                parts.append(log.read(chunk.length))
+                for start, end in kept:  # a chunk in the punched-out middle of a long run's log: only what was kept
+                    lo, hi = max(start, chunk.offset), min(end, chunk.offset + chunk.length)
+                    if lo < hi:
+                        log.seek(lo)
+                        parts.append(log.read(hi - lo))
         if last_stream in (stream, None):
             log.seek(indexed_end)
             parts.append(log.read())

@@ -18,10 +18,18 @@ the job's own output) and counted in `dropped_bytes` until the writer has caught
 queue. Dropping was chosen over blocking longer (a job blocked on `print` behind an NFS stall can
 trip distributed timeouts) and over spilling to memory without bound. A write error (disk full,
 folder removed) disables recording with one warning; the relay and the job go on regardless.
+
+The record's disk use is bounded, so that a chatty job running for days cannot fill the disk its own
+checkpoints go to. Past `output_cap()` bytes (head + tail) the writer punches the middle of output.log out
+(`fallocate(PUNCH_HOLE)`, in `PUNCH_STEP`s): the file keeps its length, so every offset in output.idx and
+every reader following its growth (the hang watchdog) stay valid, but only its first `head` and last `tail`
+bytes take disk space; readers skip the hole (`layout.data_ranges`). Where the filesystem cannot punch
+holes, recording stops at the cap with one note, and the diagnosis uses the tail gpufix keeps in memory.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -44,6 +52,14 @@ LINGER_S = 0.01               # after a small batch, let chunks gather this long
 LINGER_BELOW_BYTES = 64 << 10
 IOV_MAX = 1024
 CLOSE_WAIT_S = 10.0           # at the end, longest wait for the queue to reach the disk
+# output.log's disk use: the first KEEP_HEAD and the last KEEP_TAIL bytes of the job's output (the start's
+# banners and configuration, the end's failure); the middle is punched out once PUNCH_STEP more has come.
+# GPUFIX_RECORD_OUTPUT_MAX (bytes, or with K/M/G: "2G") sets head + tail, in the same 1:3 proportion.
+OUTPUT_MAX_ENV = "GPUFIX_RECORD_OUTPUT_MAX"
+KEEP_HEAD = 64 << 20
+KEEP_TAIL = 192 << 20
+PUNCH_STEP = 64 << 20
+_BLOCK = 4096                 # holes are punched on block boundaries: whole blocks are freed, none half-zeroed
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
@@ -65,6 +81,9 @@ class OutputRecorder:
         self.dropped_bytes = 0     # bytes the relay passed on but the record lost (a stalled or full disk)
         self.failed = False        # a write failed: recording stopped
         self.incomplete = False    # closed before the writer thread was done: output.log may lack the end
+        self._keep_head, self._keep_tail, self._punch_step = output_cap()
+        self.omitted: tuple[int, int] | None = None  # output.log's byte range punched out (see the module docstring)
+        self.capped_at: int | None = None  # where recording stopped: the cap reached on a filesystem without holes
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
@@ -91,7 +110,7 @@ class OutputRecorder:
     def write(self, stream: str, data: bytes, now_s: float) -> None:
         """Queue one chunk that `stream` produced at `now_s` (seconds since the job started)."""
         if not self.enabled:
-            if self.failed:  # the record could not be written (a full disk, a file-size limit)
+            if self.failed or self.capped_at is not None:  # could not be written (a full disk), or past the cap
                 self.dropped_bytes += len(data)
             return
         size = len(data)
@@ -201,7 +220,7 @@ class OutputRecorder:
 
     def _append(self, items: list[tuple[str, bytes, float]], size: int) -> None:
         if not self.enabled:
-            if self.failed:  # queued before the failure, never written: lost like the chunks after it
+            if self.failed or self.capped_at is not None:  # queued before the failure or the cap: lost like the rest
                 with self._lock:
                     self.dropped_bytes += size
             return
@@ -215,6 +234,9 @@ class OutputRecorder:
         for stream, chunk, now_s in items:
             self._index(stream, len(chunk), now_s)
         self._dirty = True
+        if self.bytes_written - (self.omitted[1] - self.omitted[0] if self.omitted else 0) > \
+                self._keep_head + self._keep_tail + self._punch_step:
+            self._punch()
         if len(self._batch) >= INDEX_BATCH_ENTRIES or time.monotonic() - self._unflushed_since >= INDEX_FLUSH_S:
             self._flush_index()
 
@@ -262,6 +284,26 @@ class OutputRecorder:
         except OSError as exc:
             self._fail(exc)
 
+    def _punch(self) -> None:
+        """Free the middle of output.log: from the end of the head (or of the last hole) to the start of the tail."""
+        start = self.omitted[1] if self.omitted else -(-self._keep_head // _BLOCK) * _BLOCK
+        end = (self.bytes_written - self._keep_tail) // _BLOCK * _BLOCK
+        if end <= start:
+            return
+        try:
+            punch_hole(self._log_fd, start, end - start)
+        except OSError as exc:
+            # No holes here (an old NFS, a FUSE mount): stop at the cap rather than fill the disk. The relay's
+            # in-memory tail still gives the diagnosis the end of the output (runner.py).
+            with self._lock:
+                self.capped_at = self.bytes_written
+                self.enabled = False
+                self._not_full.notify_all()
+            self._warn(f"the run record's output reached {self.bytes_written >> 20} MiB and this filesystem cannot "
+                       f"drop the middle of it ({exc.strerror or exc}); recording stopped there, the job goes on")
+            return
+        self.omitted = (self.omitted[0] if self.omitted else start, end)
+
     # -- the end --------------------------------------------------------------------------------
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -298,6 +340,39 @@ class OutputRecorder:
             self.enabled = False
             self._not_full.notify_all()
         self._warn(f"cannot write the run record ({exc.strerror or exc}); recording stopped, the job goes on")
+
+
+def output_cap() -> tuple[int, int, int]:
+    """(head, tail, step) bytes for output.log: the defaults, or GPUFIX_RECORD_OUTPUT_MAX split 1:3 with a
+    step of at most a quarter of it. A value that does not parse, or is under 1 MiB, leaves the defaults (a
+    cap of a few bytes would keep no traceback whole)."""
+    raw = os.environ.get(OUTPUT_MAX_ENV, "").strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(raw[-1:], 1) if raw else 1
+    try:
+        total = int(float(raw.rstrip("KMGT")) * scale) if raw else 0
+    except ValueError:
+        total = 0
+    if total < 1 << 20:
+        return KEEP_HEAD, KEEP_TAIL, PUNCH_STEP
+    return total // 4, total - total // 4, min(PUNCH_STEP, total // 4)
+
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+
+
+def punch_hole(fd: int, offset: int, length: int) -> None:
+    """Free `length` bytes of a file's blocks from `offset`, keeping its size (Linux fallocate(2)); OSError where
+    the system or filesystem cannot."""
+    import ctypes
+
+    try:
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        raise OSError(errno.ENOTSUP, "fallocate is not available here") from None
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    if fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
