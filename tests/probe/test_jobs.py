@@ -102,9 +102,10 @@ def test_memory_creep_shows_in_resident_memory(jobs) -> None:
 def test_excessive_printing_job_is_measured(jobs) -> None:
     job = jobs["excessive-print"]
     assert job.returncode == 0, job.stderr.decode()
-    assert job.stdout.count(b"\n") == 40 * 250 + 1
+    steps = int(job.stdout.rsplit(b"\n", 2)[-2].split()[1])  # "steps N final loss ...": it trains for a time
+    assert steps > 10 and job.stdout.count(b"\n") == steps * 250 + 1
     facts = read_probe_facts(job.probe_dir)
-    assert facts["steps"] == 40 and facts["loaders"] == []
+    assert facts["steps"] == steps and facts["loaders"] == []
     assert all(s["data_wait_s"] is None for s in kinds(job, "step"))  # no DataLoader: no data wait claimed
 
 

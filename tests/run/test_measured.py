@@ -137,3 +137,30 @@ def test_a_pasted_data_time_log_gets_advice_without_run_facts() -> None:
     assert first["title"] == "Give the loader more worker processes (up to the CPU cores per GPU)"
     assert "DATALOADER.NUM_WORKERS" in first["detail"]
     assert not any(re.search(r"\{[a-z_]+\}", fix["title"] + (fix.get("snippet") or "")) for fix in finding["fixes"])
+
+
+SPEW_AT_FAILURE = (
+    "import sys, time\n"
+    "for step in range(3):\n"
+    "    print(f'step {step} loss 0.5', flush=True)\n"
+    "    time.sleep(0.5)\n"
+    "for rank in range(2000):  # every rank's long traceback at once, as a crashing job prints them\n"
+    "    print(f'[rank{rank}]: Traceback (most recent call last):\\n' + '[rank{rank}]:   File \"train.py\", line 9\\n' * 12\n"
+    "          + f'[rank{rank}]: ValueError: bad batch at index {rank}', file=sys.stderr)\n"
+    "sys.exit(1)\n"
+)
+
+
+def test_the_burst_of_tracebacks_a_failure_prints_is_not_excessive_output(tmp_path: Path) -> None:
+    """PRF010 wants a flood kept up for seconds; a crash's one burst (here 1.3 MB in well under a second) is the
+    failure's report, and "log every N steps" would be wrong advice."""
+    job = tmp_path / "spew.py"
+    job.write_text(SPEW_AT_FAILURE)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    result = subprocess.run([sys.executable, "-m", "gpufix", "run", "--record-dir", str(runs), str(job)],
+                            capture_output=True, timeout=180)
+    assert result.returncode == 1 and len(result.stderr) > 1 << 20
+    (record,) = [p for p in runs.iterdir() if p.is_dir()]
+    doc = json.loads((record / "result.json").read_text())
+    assert doc["findings"] and "PRF010" not in [f["code"] for f in doc["findings"]]
