@@ -8,7 +8,7 @@ The registry is built from those modules, so a new experiment is one class added
     base.py        verdicts, Plan/Skip/Result, the Context an experiment runs in
     trial.py       one re-run of the user's command through `gpufix run`, with probe knobs
     memory.py      batch-size-search, mixed-precision-rerun, memory-snapshot
-    loader.py      loader-benchmark, loader-sweep, loader-memory, loader-sharing
+    loader.py      loader-benchmark, loader-sweep, loader-memory, loader-sharing, loader-shm
     kernel.py      cpu-rerun, cuda-launch-blocking-rerun, anomaly-detection-rerun
     stack.py       cuda-smoke-test, placement-check, gpu-health-check, driver-check
     collective.py  allreduce-check, nccl-debug-rerun, single-gpu-rerun

@@ -392,6 +392,98 @@ class LoaderSharing(Experiment):
                            measurements, started, None, False)
 
 
+# a worker out of shared memory: the bus error, or a segment that could not be made or grown in /dev/shm
+_SHM_FAILED = re.compile(r"killed by signal: Bus error|out of shared memory|Unexpected bus error encountered in worker|"
+                         r"unable to (?:allocate shared memory|write to file <|mmap \d+ bytes from file <|resize file <|"
+                         r"stretch file <)")
+SHM_PATH = "/dev/shm"
+
+
+def _shm_failed(trial: Trial) -> bool:
+    return not trial.completed and ("DAT001" in trial.codes or bool(_SHM_FAILED.search(trial.output)))
+
+
+def shm_size_mib(path: str = SHM_PATH) -> tuple[float, float] | None:
+    """(size, free) of the shared-memory file system the loader's workers hand batches through, in MiB; None
+    where there is none (macOS, Windows) or it cannot be read."""
+    import os
+
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return round(st.f_blocks * st.f_frsize / 1048576, 1), round(st.f_bavail * st.f_frsize / 1048576, 1)
+
+
+class LoaderShm(Experiment):
+    name = "loader-shm"
+    description = ("re-run through the failing step with the job's loader workers, then with fewer and with none (no "
+                   "shared memory at all), and measure the size of /dev/shm the workers hand batches through")
+    budget_s = 240.0
+    params = {"steps": PAST_FAILURE_STEPS, "trial_timeout_s": (float, 60.0, "the most one trial may take")}
+
+    def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
+        found = _worker_rerun(self, ctx, finding, params, "no worker hands batches over through shared memory")
+        if isinstance(found, Skip):
+            return found
+        workers, params, steps = found
+        counts = [workers, *sorted({workers // 2, 0} - {workers}, reverse=True)]
+        return Plan(self.name, finding["code"], f"re-run {steps} steps with num_workers={workers} (the job's), then "
+                    f"with {' and '.join(str(c) for c in counts[1:])} while it fails, reading the size of {SHM_PATH}",
+                    len(counts) * params["trial_timeout_s"] / 3, ctx.gpu, {"dataloader": {"num_workers": "fewer"}},
+                    {**params, "steps": steps, "counts": counts})
+
+    def _trial(self, ctx: Context, plan: Plan, workers: int) -> tuple[dict[str, Any], Trial]:
+        ctx.progress(f"{self.name}: {plan.params['steps']} steps with num_workers={workers}")
+        trial = run_trial(ctx, self.name, f"workers{workers}", {"stop_after_steps": plan.params["steps"],
+                                                               "dataloader": {"num_workers": workers}},
+                          budget_s=plan.params["trial_timeout_s"])
+        outcome = "out of shared memory" if _shm_failed(trial) else trial.outcome
+        return {"num_workers": workers, **trial.summary(), "outcome": outcome}, trial
+
+    def run(self, ctx: Context, plan: Plan) -> Result:
+        started = time.monotonic()
+        own_workers, *fewer = plan.params["counts"]
+        rows: list[dict[str, Any]] = []
+        shm = shm_size_mib()
+        measurements: dict[str, Any] = {"trials": rows, "shm_size_mib": shm[0] if shm else None,
+                                        "shm_free_mib": shm[1] if shm else None}
+        size_words = f"{SHM_PATH} holds {shm[0]:.0f} MiB ({shm[1]:.0f} free before the re-runs)" if shm else \
+            f"{SHM_PATH} could not be read"
+        row, own = self._trial(ctx, plan, own_workers)
+        rows.append(row)
+        if not _shm_failed(own):
+            return self.result(plan, INCONCLUSIVE, f"the workers did not run out of shared memory in "
+                               f"{plan.params['steps']} steps with the job's num_workers={own_workers} ({row['outcome']}; "
+                               f"{size_words}): the failure did not recur", measurements, started)
+        reason = f"the workers ran out of shared memory again with num_workers={own_workers}; {size_words}"
+        raise_shm = (f"raise {SHM_PATH} (docker run --shm-size=16g, or --ipc=host; on Kubernetes a memory-backed "
+                     f"emptyDir) to keep the job's workers")
+        for workers in fewer:
+            if ctx.time_left() < 10:
+                break
+            fewer_row, trial = self._trial(ctx, plan, workers)
+            rows.append(fewer_row)
+            if trial.completed and workers > 0:
+                measurements["best"] = {"num_workers": workers}
+                recommendation = {"title": f"Use DataLoader(num_workers={workers}), or {raise_shm}",
+                                  "change": {"num_workers": workers}}
+                return self.result(plan, CONFIRMED, f"{reason}; with num_workers={workers} it ran {trial.steps} steps",
+                                   measurements, started, recommendation, True)
+            if trial.completed:
+                return self.result(plan, CONFIRMED, f"{reason}; with num_workers=0 (no shared memory: the batches are "
+                                   f"loaded in the training process) it ran {trial.steps} steps. Fewer workers did not "
+                                   f"get through: {raise_shm}", measurements, started, None, False)
+            if workers == 0 and _shm_failed(trial):
+                return self.result(plan, REFUTED, f"{reason}; but with num_workers=0, where no batch goes through "
+                                   f"shared memory, the job failed the same way: the data code itself faults (a "
+                                   "native decoder, a memory-mapped file on a vanished mount), not /dev/shm",
+                                   measurements, started)
+        return self.result(plan, CONFIRMED, f"{reason}; with fewer workers it did not get through either "
+                           f"({rows[-1]['outcome']}): {raise_shm}", measurements, started, None,
+                           False if len(rows) > 1 else None)
+
+
 def _memory_words(row: dict[str, Any]) -> str:
     if row.get("host_total_mib") is None:
         return "no host memory samples"
@@ -399,4 +491,4 @@ def _memory_words(row: dict[str, Any]) -> str:
             f"{row.get('avail_min_mib', 0):.0f} of {row['host_total_mib']:.0f} MiB of host memory stayed available")
 
 
-EXPERIMENTS = [LoaderBenchmark(), LoaderSweep(), LoaderMemory(), LoaderSharing()]
+EXPERIMENTS = [LoaderBenchmark(), LoaderSweep(), LoaderMemory(), LoaderSharing(), LoaderShm()]

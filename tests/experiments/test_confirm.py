@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.run.helpers import PY, env, memory_cgroup, records
+from tests.run.helpers import PY, env, memory_cgroup, records, small_shm
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -439,3 +439,30 @@ def test_file_system_sharing_lets_workers_pass_many_tensors_under_a_low_open_fil
     assert read_probe_knobs(record / "probe")["applied"]["sharing_strategy"] == "file_system"
     assert read_probe_facts(record / "probe")["open_files_limit"] == 64
 
+
+
+def test_workers_out_of_a_small_dev_shm_are_confirmed_and_the_size_measured(tmp_path: Path) -> None:
+    """Two workers handing 4 MiB batches through a 6 MiB /dev/shm (a container's is 64 MiB): the segment for a batch
+    cannot be made (DAT001); loader-shm runs out again with the job's workers and with one, reads the size of
+    /dev/shm, and gets through with none, where no batch goes through shared memory."""
+    prefix = small_shm(6)
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(JOBS / "worker_loader.py", work / "worker_loader.py")
+    done = subprocess.run([*prefix, PY, "-m", "gpufix", "run", "--record-dir", "runs", "worker_loader.py", "--sample-mib",
+                           "1"], cwd=work, capture_output=True, env=env(), timeout=300)
+    assert done.returncode == 1, done.stderr.decode()[-2000:]
+    (record,) = records(work / "runs")
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    assert findings[0]["code"] == "DAT001", [f["code"] for f in findings]
+    confirmed = subprocess.run([*prefix, PY, "-m", "gpufix", "confirm", "--yes", "--quiet", "--format", "json",
+                                "--only", "loader-shm", str(record)], capture_output=True, env=env(), timeout=600)
+    row = only(json.loads(confirmed.stdout), "loader-shm")
+    assert row["verdict"] == "confirmed" and row["for"] == "DAT001", row
+    assert row["measurements"]["shm_size_mib"] == 6.0 and "/dev/shm holds 6 MiB" in row["reason"]
+    trials = [(t["num_workers"], t["outcome"]) for t in row["measurements"]["trials"]]
+    assert trials[0] == (2, "out of shared memory") and trials[-1][1] == "ok", trials
+    if trials[-1][0] == 0:  # one worker may or may not fit, as the main process frees each batch
+        assert row["verified"] is False and "--shm-size" in row["reason"]
+    else:
+        assert row["verified"] is True and row["recommendation"]["change"] == {"num_workers": 1}

@@ -157,3 +157,52 @@ def test_no_workers_no_sharing_experiment(tmp_path: Path) -> None:
     ctx = Context(tmp_path, {}, {}, ["python", "train.py"], str(tmp_path), {"loaders": [{"num_workers": 0}]}, 600,
                   lambda _line: None)
     assert "num_workers=0" in loader.LoaderSharing().plan(ctx, {"code": "DAT005"}, {}).reason
+
+
+SHM_ERROR = "RuntimeError: unable to allocate shared memory(shm) for file </torch_301_2849_0>: No space left on device (28)"
+
+
+def shm_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: dict[int, str]) -> dict[str, Any]:
+    """loader-shm with trials per worker count that end 'shm' (out of shared memory), 'ok' or 'other'."""
+    def fake_trial(ctx: Context, name: str, label: str, knobs: dict[str, Any], budget_s: float) -> Trial:
+        kind = outcomes[knobs["dataloader"]["num_workers"]]
+        out = {"shm": SHM_ERROR, "other": "ValueError: bad sample", "ok": ""}[kind]
+        return Trial(label, None, 0 if kind == "ok" else 1, False, 1.0, 30, {"steps": 30} if kind == "ok" else None,
+                     [0.01] * 20, [0.0] * 20, None, None, [], [], None, None, {}, out)
+    monkeypatch.setattr(loader, "run_trial", fake_trial)
+    monkeypatch.setattr(loader, "shm_size_mib", lambda: (64.0, 63.5))  # Docker's default /dev/shm
+    ctx = Context(tmp_path, {}, {}, ["python", "train.py"], str(tmp_path), {"loaders": [{"num_workers": 4}]}, 600,
+                  lambda _line: None)
+    experiment = loader.LoaderShm()
+    plan = experiment.plan(ctx, {"code": "DAT001"}, {})
+    assert plan.params["counts"] == [4, 2, 0]
+    return experiment.run(ctx, plan).to_dict()
+
+
+def test_shared_memory_that_runs_out_again_and_fewer_workers_that_get_through(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    row = shm_verdict(tmp_path, monkeypatch, {4: "shm", 2: "ok", 0: "ok"})
+    assert row["verdict"] == CONFIRMED and row["verified"] is True, row
+    assert row["recommendation"]["change"] == {"num_workers": 2}
+    assert "/dev/shm holds 64 MiB" in row["reason"] and row["measurements"]["shm_size_mib"] == 64.0
+    assert [t["outcome"] for t in row["measurements"]["trials"]] == ["out of shared memory", "ok"]
+
+
+def test_only_no_workers_gets_through_the_shared_memory_is_to_be_raised(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    row = shm_verdict(tmp_path, monkeypatch, {4: "shm", 2: "shm", 0: "ok"})
+    assert row["verdict"] == CONFIRMED and row["verified"] is False and row["recommendation"] is None, row
+    assert "--shm-size" in row["reason"] and "with num_workers=0" in row["reason"]
+
+
+def test_a_bus_error_without_workers_is_not_shared_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    row = shm_verdict(tmp_path, monkeypatch, {4: "shm", 2: "shm", 0: "shm"})
+    assert row["verdict"] == REFUTED and "the data code itself faults" in row["reason"], row
+
+
+def test_a_shared_memory_failure_that_does_not_recur_is_inconclusive(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for own in ("ok", "other"):
+        row = shm_verdict(tmp_path, monkeypatch, {4: own})
+        assert row["verdict"] == INCONCLUSIVE and "did not recur" in row["reason"], row
+        assert len(row["measurements"]["trials"]) == 1

@@ -89,6 +89,22 @@ def read_until(proc: subprocess.Popen[bytes], marker: bytes, timeout_s: float = 
     return got
 
 
+def small_shm(size_mib: int) -> list[str]:
+    """An argv prefix that runs a command with a /dev/shm of `size_mib` MiB of its own (a container's is 64 MiB), in a
+    private mount namespace, so the machine's /dev/shm is untouched; skips the test where this machine does not let
+    it make one (no `unshare`, no permission to mount)."""
+    import shutil
+
+    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+              f'mount -t tmpfs -o size={size_mib}m tmpfs /dev/shm && exec "$@"', "sh"]
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here: the test cannot give a job a small /dev/shm")
+    probe = subprocess.run([*prefix, "df", "-m", "/dev/shm"], capture_output=True, timeout=30)
+    if probe.returncode != 0 or f" {size_mib} " not in probe.stdout.decode():
+        pytest.skip("this machine does not let the test mount a small /dev/shm of its own")
+    return prefix
+
+
 @contextmanager
 def memory_cgroup(tmp_path: Path, limit: int) -> Iterator[Callable[[], None]]:
     """A fresh memory cgroup of `limit` bytes (v1 or v2), as a `preexec_fn` that moves the child into it; skips the
