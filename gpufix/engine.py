@@ -361,5 +361,20 @@ def _order(findings: list[Finding], ruleset: RuleSet, order: dict[str, int]) -> 
                 break
     ranked = [f._replace(consequence_of=causes.get(f.code)) for f in ranked]
     roots = [f for f in ranked if f.consequence_of is None]
-    effects = [f for f in ranked if f.consequence_of is not None]
+    # The effects after the roots, each after its cause (depth first, in rank order): "Consequence of GEN000" is
+    # read after GEN000, not before it.
+    children: dict[str, list[Finding]] = {}
+    for f in ranked:
+        if f.consequence_of is not None:
+            children.setdefault(f.consequence_of, []).append(f)
+    effects: list[Finding] = []
+
+    def walk(code: str) -> None:
+        for effect in children.pop(code, ()):
+            effects.append(effect)
+            walk(effect.code)
+
+    for root in roots:
+        walk(root.code)
+    effects += [f for kids in children.values() for f in kids]  # a chain with no root (causes in a cycle)
     return roots + effects
