@@ -252,32 +252,48 @@ def _worker_rerun(experiment: Experiment, ctx: Context, finding: dict[str, Any],
     return workers, params, max(params["steps"], ctx.steps_through_failure(1) * 3 // 2)
 
 
-class LoaderMemory(Experiment):
-    name = "loader-memory"
-    description = ("re-run through the failing step with the job's loader workers and with fewer, sampling the host "
-                   "memory they hold and what the host has left")
-    budget_s = 300.0
-    params = {"steps": PAST_FAILURE_STEPS, "trial_timeout_s": (float, 90.0, "the most one trial may take")}
+class _FewerWorkers(Experiment):
+    """Re-runs past the failing step with the job's loader workers, then with half and with none (`counts`)."""
+
+    skip_words = ""  # why there is nothing to measure when the job had no workers
+    then_words = ""  # when the trials with fewer workers run, and what is read meanwhile
+    run_options: tuple[str, ...] = ()  # of the trials' `gpufix run`
 
     def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
-        found = _worker_rerun(self, ctx, finding, params, "no worker processes to take away")
+        found = _worker_rerun(self, ctx, finding, params, self.skip_words)
         if isinstance(found, Skip):
             return found
         workers, params, steps = found
         counts = [workers, *sorted({workers // 2, 0} - {workers}, reverse=True)]
         return Plan(self.name, finding["code"], f"re-run {steps} steps with num_workers={workers} (the job's), then "
-                    f"with {' and '.join(str(c) for c in counts[1:])} if memory ran short, sampling host memory every "
-                    f"{SAMPLE_S} s", len(counts) * params["trial_timeout_s"] / 3, ctx.gpu,
-                    {"dataloader": {"num_workers": "fewer"}}, {**params, "steps": steps, "counts": counts})
+                    f"with {' and '.join(str(c) for c in counts[1:])} {self.then_words}",
+                    len(counts) * params["trial_timeout_s"] / 3, ctx.gpu, {"dataloader": {"num_workers": "fewer"}},
+                    {**params, "steps": steps, "counts": counts})
 
     def _trial(self, ctx: Context, plan: Plan, workers: int) -> tuple[dict[str, Any], Trial]:
         ctx.progress(f"{self.name}: {plan.params['steps']} steps with num_workers={workers}")
         trial = run_trial(ctx, self.name, f"workers{workers}", {"stop_after_steps": plan.params["steps"],
                                                                "dataloader": {"num_workers": workers}},
-                          budget_s=plan.params["trial_timeout_s"], run_options=("--interval", str(SAMPLE_S)))
-        memory = _host_memory(trial)
-        outcome = "killed by SIGKILL" if _killed(trial) else trial.outcome
-        return {"num_workers": workers, **trial.summary(), "outcome": outcome, **memory}, trial
+                          budget_s=plan.params["trial_timeout_s"], run_options=self.run_options)
+        return {"num_workers": workers, **trial.summary(), **self._reading(trial)}, trial
+
+    def _reading(self, trial: Trial) -> dict[str, Any]:
+        """What the experiment reads of a trial beside its summary (its own word for the outcome)."""
+        return {}
+
+
+class LoaderMemory(_FewerWorkers):
+    name = "loader-memory"
+    description = ("re-run through the failing step with the job's loader workers and with fewer, sampling the host "
+                   "memory they hold and what the host has left")
+    budget_s = 300.0
+    params = {"steps": PAST_FAILURE_STEPS, "trial_timeout_s": (float, 90.0, "the most one trial may take")}
+    skip_words = "no worker processes to take away"
+    then_words = f"if memory ran short, sampling host memory every {SAMPLE_S} s"
+    run_options = ("--interval", str(SAMPLE_S))
+
+    def _reading(self, trial: Trial) -> dict[str, Any]:
+        return {"outcome": "killed by SIGKILL" if _killed(trial) else trial.outcome, **_host_memory(trial)}
 
     def run(self, ctx: Context, plan: Plan) -> Result:
         started = time.monotonic()
@@ -415,31 +431,17 @@ def shm_size_mib(path: str = SHM_PATH) -> tuple[float, float] | None:
     return round(st.f_blocks * st.f_frsize / 1048576, 1), round(st.f_bavail * st.f_frsize / 1048576, 1)
 
 
-class LoaderShm(Experiment):
+class LoaderShm(_FewerWorkers):
     name = "loader-shm"
     description = ("re-run through the failing step with the job's loader workers, then with fewer and with none (no "
                    "shared memory at all), and measure the size of /dev/shm the workers hand batches through")
     budget_s = 240.0
     params = {"steps": PAST_FAILURE_STEPS, "trial_timeout_s": (float, 60.0, "the most one trial may take")}
+    skip_words = "no worker hands batches over through shared memory"
+    then_words = f"while it fails, reading the size of {SHM_PATH}"
 
-    def plan(self, ctx: Context, finding: dict[str, Any], params: dict[str, Any]) -> Plan | Skip:
-        found = _worker_rerun(self, ctx, finding, params, "no worker hands batches over through shared memory")
-        if isinstance(found, Skip):
-            return found
-        workers, params, steps = found
-        counts = [workers, *sorted({workers // 2, 0} - {workers}, reverse=True)]
-        return Plan(self.name, finding["code"], f"re-run {steps} steps with num_workers={workers} (the job's), then "
-                    f"with {' and '.join(str(c) for c in counts[1:])} while it fails, reading the size of {SHM_PATH}",
-                    len(counts) * params["trial_timeout_s"] / 3, ctx.gpu, {"dataloader": {"num_workers": "fewer"}},
-                    {**params, "steps": steps, "counts": counts})
-
-    def _trial(self, ctx: Context, plan: Plan, workers: int) -> tuple[dict[str, Any], Trial]:
-        ctx.progress(f"{self.name}: {plan.params['steps']} steps with num_workers={workers}")
-        trial = run_trial(ctx, self.name, f"workers{workers}", {"stop_after_steps": plan.params["steps"],
-                                                               "dataloader": {"num_workers": workers}},
-                          budget_s=plan.params["trial_timeout_s"])
-        outcome = "out of shared memory" if _shm_failed(trial) else trial.outcome
-        return {"num_workers": workers, **trial.summary(), "outcome": outcome}, trial
+    def _reading(self, trial: Trial) -> dict[str, Any]:
+        return {"outcome": "out of shared memory" if _shm_failed(trial) else trial.outcome}
 
     def run(self, ctx: Context, plan: Plan) -> Result:
         started = time.monotonic()

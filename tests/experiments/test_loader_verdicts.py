@@ -164,7 +164,8 @@ SHM_ERROR = "RuntimeError: unable to allocate shared memory(shm) for file </torc
 
 def shm_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: dict[int, str]) -> dict[str, Any]:
     """loader-shm with trials per worker count that end 'shm' (out of shared memory), 'ok' or 'other'."""
-    def fake_trial(ctx: Context, name: str, label: str, knobs: dict[str, Any], budget_s: float) -> Trial:
+    def fake_trial(ctx: Context, name: str, label: str, knobs: dict[str, Any], budget_s: float,
+                   run_options: tuple[str, ...]) -> Trial:
         kind = outcomes[knobs["dataloader"]["num_workers"]]
         out = {"shm": SHM_ERROR, "other": "ValueError: bad sample", "ok": ""}[kind]
         return Trial(label, None, 0 if kind == "ok" else 1, False, 1.0, 30, {"steps": 30} if kind == "ok" else None,
