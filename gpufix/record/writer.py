@@ -81,7 +81,7 @@ class OutputRecorder:
         self.dropped_bytes = 0     # bytes the relay passed on but the record lost (a stalled or full disk)
         self.failed = False        # a write failed: recording stopped
         self.incomplete = False    # closed before the writer thread was done: output.log may lack the end
-        self._keep_head, self._keep_tail, self._punch_step = output_cap()
+        self._keep_head, self._keep_tail, self._punch_step = output_cap(warn)
         self.omitted: tuple[int, int] | None = None  # output.log's byte range punched out (see the module docstring)
         self.capped_at: int | None = None  # where recording stopped: the cap reached on a filesystem without holes
         self._lock = threading.Lock()
@@ -342,17 +342,21 @@ class OutputRecorder:
         self._warn(f"cannot write the run record ({exc.strerror or exc}); recording stopped, the job goes on")
 
 
-def output_cap() -> tuple[int, int, int]:
+def output_cap(warn: Callable[[str], None] | None = None) -> tuple[int, int, int]:
     """(head, tail, step) bytes for output.log: the defaults, or GPUFIX_RECORD_OUTPUT_MAX split 1:3 with a
-    step of at most a quarter of it. A value that does not parse, or is under 1 MiB, leaves the defaults (a
-    cap of a few bytes would keep no traceback whole)."""
-    raw = os.environ.get(OUTPUT_MAX_ENV, "").strip().upper().removesuffix("B").removesuffix("I")
+    step of at most a quarter of it. A value that does not parse, or is under 1 MiB (a cap of a few bytes would
+    keep no traceback whole), leaves the defaults, and `warn` says so."""
+    given = os.environ.get(OUTPUT_MAX_ENV, "").strip()
+    raw = given.upper().removesuffix("B").removesuffix("I")
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(raw[-1:], 1) if raw else 1
     try:
         total = int(float(raw.rstrip("KMGT")) * scale) if raw else 0
     except ValueError:
         total = 0
     if total < 1 << 20:
+        if given and warn is not None:
+            warn(f"{OUTPUT_MAX_ENV}={given} is not a size of at least 1 MiB (such as 512M or 2G); the record keeps "
+                 f"the first {KEEP_HEAD >> 20} MiB and the last {KEEP_TAIL >> 20} MiB of the output")
         return KEEP_HEAD, KEEP_TAIL, PUNCH_STEP
     return total // 4, total - total // 4, min(PUNCH_STEP, total // 4)
 

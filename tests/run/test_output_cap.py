@@ -124,9 +124,11 @@ def test_the_cap_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -
     assert output_cap() == (512 << 20, 1536 << 20, writer.PUNCH_STEP)
     monkeypatch.setenv(writer.OUTPUT_MAX_ENV, "4MiB")
     assert output_cap() == (1 << 20, 3 << 20, 1 << 20)
-    for useless in ("12", "lots", "0.5M", ""):  # under 1 MiB or not a size: the defaults
+    for useless in ("12", "lots", "0.5M", ""):  # under 1 MiB or not a size: the defaults, and a warning if it was set
         monkeypatch.setenv(writer.OUTPUT_MAX_ENV, useless)
-        assert output_cap() == (writer.KEEP_HEAD, writer.KEEP_TAIL, writer.PUNCH_STEP)
+        said: list[str] = []
+        assert output_cap(said.append) == (writer.KEEP_HEAD, writer.KEEP_TAIL, writer.PUNCH_STEP)
+        assert len(said) == (1 if useless else 0) and (not said or f"={useless} is not a size" in said[0]), said
 
 
 CHATTY_OOM = (
