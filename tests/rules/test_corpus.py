@@ -145,6 +145,8 @@ def rows():  # type: ignore[no-untyped-def]
 # servers, local notebooks; 61 GPU failures), 93.4% / 100% before any tuning.
 # The nineteenth: 89.7% / 97.3% on 6260 cases with rep62a-e, 274 more (newcomers' first machines, sweeps, media
 # pipelines, course and tutorial code, JAX/TF 2023-2026; 51 GPU failures), 84.3% / 99.6% before any tuning.
+# 89.7% / 97.3% on 6317 cases with rep63a-d, 110 more (Jetson boards, mixed GPUs, MIG/vGPU/passthrough, LLM custom
+# kernels; 66 GPU failures), 75.8% / 95.5% before any tuning.
 VALIDATION_GPU_TOP1 = 0.885
 VALIDATION_ORDINARY_CLEAN = 0.955
 
