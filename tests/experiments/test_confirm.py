@@ -441,6 +441,31 @@ def test_file_system_sharing_lets_workers_pass_many_tensors_under_a_low_open_fil
 
 
 
+def test_workers_out_of_file_descriptors_for_real_are_named_and_a_stalled_loader_is_ended(tmp_path: Path) -> None:
+    """The same job as it is, under an open-file limit of 64: the workers run out of descriptors. The job then fails,
+    stalls, or (one run in three) prints the fd server's EMFILE traceback without end; under --on-hang kill the
+    watchdog ends the last two (repeated lines count as no progress). Whichever happens, the root cause is DAT005,
+    quoting the limit the probe read, and a hang reading is its consequence."""
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(JOBS / "many_tensors.py", work / "many_tensors.py")
+    done = subprocess.run([PY, "-m", "gpufix", "run", "--record-dir", "runs", "--hang-timeout", "10", "--on-hang", "kill",
+                           "many_tensors.py"], cwd=work, capture_output=True, preexec_fn=low_limit, timeout=300, env=env())
+    assert done.returncode in (1, 143), (done.returncode, done.stderr.decode()[-2000:])
+    (record,) = records(work / "runs")
+    findings = json.loads((record / "result.json").read_text())["findings"]
+    assert findings[0]["code"] == "DAT005" and findings[0]["consequence_of"] is None, [f["code"] for f in findings]
+    assert "64" in findings[0]["fields"].get("open_files_limit", ""), findings[0]["fields"]
+    roots = [f["code"] for f in findings if f["consequence_of"] is None and f["severity"] == "error"]
+    assert roots == ["DAT005"], [(f["code"], f["consequence_of"]) for f in findings]
+    assert b"DAT005" in done.stderr
+
+
 def test_workers_out_of_a_small_dev_shm_are_confirmed_and_the_size_measured(tmp_path: Path) -> None:
     """Two workers handing 4 MiB batches through a 6 MiB /dev/shm (a container's is 64 MiB): the segment for a batch
     cannot be made (DAT001); loader-shm runs out again with the job's workers and with one, reads the size of
