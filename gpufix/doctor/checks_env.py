@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gpufix.doctor.facts import HostFacts
 from gpufix.doctor.model import FAIL, PASS, WARN, CheckResult, check, skipped
-from gpufix.telemetry import GpuInventory
+from gpufix.telemetry import GpuInfo, GpuInventory
 
 GIB = 1024**3
 MIB = 1024**2
@@ -58,12 +58,25 @@ def parse_visible_devices(raw: str, inv: GpuInventory) -> VisibleDevices:
     return VisibleDevices(tuple(visible), (), None, uses_indices)
 
 
+MIG_FIX = ("Give each process one MIG instance by its UUID: `export CUDA_VISIBLE_DEVICES=MIG-<uuid>` (`nvidia-smi -L` "
+           "lists them), set before CUDA starts; or turn MIG off to use the whole GPU (`nvidia-smi -i N -mig 0`, admin).")
+
+
+def _mig_words(gpus: list[GpuInfo]) -> str:
+    return (f"MIG mode is on for {', '.join(g.label for g in gpus)}: a CUDA process sees one MIG instance, not the GPU, "
+            "and frameworks that count GPUs through NVML disagree with CUDA (PyTorch: \"device >= 0 && device < "
+            "num_gpus INTERNAL ASSERT FAILED\", \"invalid device ordinal\")")
+
+
 def check_cuda_visible_devices(host: HostFacts, inv: GpuInventory) -> CheckResult:
     cid, title = "cuda-visible-devices", "CUDA_VISIBLE_DEVICES"
     raw = host.cuda_visible_devices
     gpus = len(inv.gpus) if inv.available else 0
     unset_fix = "`unset CUDA_VISIBLE_DEVICES`, or set it to the GPUs you want, e.g. `export CUDA_VISIBLE_DEVICES=0`."
+    mig = [g for g in inv.gpus if g.mig_mode] if inv.available else []
     if raw is None:
+        if mig:  # CUDA then picks an instance for the process, which the job's GPU count does not match
+            return check(cid, title, WARN, [f"unset: {gpus} GPU(s)", _mig_words(mig)], MIG_FIX)
         return check(cid, title, PASS, [f"unset: CUDA sees all {gpus} GPU(s)" if inv.available else "unset"])
     if raw.strip() == "" or raw.strip().lower() in _HIDE_ALL:
         status = FAIL if gpus else WARN
@@ -80,6 +93,9 @@ def check_cuda_visible_devices(host: HostFacts, inv: GpuInventory) -> CheckResul
     if vis.problem:
         return check(cid, title, WARN, evidence, "Use valid indices (`nvidia-smi -L` lists them) or full `GPU-` UUIDs,"
                      " comma-separated without spaces.", value=raw)
+    named = [g for g in mig if g.index in vis.visible]  # a whole MIG GPU named by index or GPU- UUID
+    if named:
+        return check(cid, title, WARN, [*evidence, _mig_words(named)], MIG_FIX, value=raw)
     names = {inv.gpus[i].name for i in vis.visible if i < len(inv.gpus)} if inv.available else set()
     order = host.env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     if vis.uses_indices and len({g.name for g in inv.gpus}) > 1 and order != "PCI_BUS_ID":

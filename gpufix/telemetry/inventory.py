@@ -84,6 +84,7 @@ class GpuInfo:
     pcie_width: int | None = None
     pcie_width_max: int | None = None
     processes: tuple[GpuProcess, ...] | None = None
+    mig_mode: bool | None = None  # MIG on (the GPU is split into instances); None where the GPU has no MIG
 
     @property
     def sm(self) -> str | None:

@@ -179,6 +179,7 @@ def _gpu(q: NvmlQuery, index: int, h: Any) -> GpuInfo:
         pending = q.call(at, "nvmlDeviceGetRetiredPagesPendingStatus", h)
         pending_pages = bool(pending) if pending is not None else None
     mask = q.first(at, ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), h)
+    mig = q.call(at, "nvmlDeviceGetMigMode", h)  # [current, pending]; not supported on GPUs without MIG
     return GpuInfo(
         index=index,
         name=_text(q.call(at, "nvmlDeviceGetName", h)),
@@ -207,6 +208,7 @@ def _gpu(q: NvmlQuery, index: int, h: Any) -> GpuInfo:
         pcie_width=q.call(at, "nvmlDeviceGetCurrPcieLinkWidth", h),
         pcie_width_max=q.call(at, "nvmlDeviceGetMaxPcieLinkWidth", h),
         processes=_processes(q, at, h),
+        mig_mode=bool(mig[0]) if mig is not None else None,
     )
 
 

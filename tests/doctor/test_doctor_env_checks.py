@@ -47,6 +47,19 @@ def test_index_order_with_mixed_gpus() -> None:
     assert cvd("1", inv=mixed, CUDA_DEVICE_ORDER="PCI_BUS_ID").status == "pass"
 
 
+def test_mig_mode_wants_one_instance_named_per_process() -> None:
+    """MIG splits a GPU into instances; a CUDA process sees one of them, and PyTorch counting GPUs through NVML then
+    trips its device-index assert. Unset, or the whole GPU by index or GPU- UUID, is a warning; a MIG- UUID is right."""
+    mig = replace(HEALTHY, gpus=(replace(HEALTHY.gpus[0], mig_mode=True), HEALTHY.gpus[1]))
+    unset = cvd(None, inv=mig)
+    assert unset.status == "warn" and "MIG mode is on for GPU0" in text_of(unset), text_of(unset)
+    assert "CUDA_VISIBLE_DEVICES=MIG-<uuid>" in unset.fix and "device >= 0 && device < num_gpus" in text_of(unset)
+    assert cvd("0", inv=mig).status == "warn" and cvd("GPU-" + (HEALTHY.gpus[0].uuid or "")[4:12], inv=mig).status == "warn"
+    assert cvd("1", inv=mig).status == "pass"  # the other GPU, without MIG
+    assert cvd("MIG-4f2a7c1e-0b3d-5e6f-8a9b-0c1d2e3f4a5b", inv=mig).status == "pass"
+    assert cvd(None).status == "pass"  # MIG off (or not reported): nothing to say
+
+
 def test_container() -> None:
     assert ce.check_container(make_host(), NO_NVML).status == "pass"
     bare = ce.check_container(make_host(container="docker", device_nodes=(), nvml_libraries=()), NO_NVML)

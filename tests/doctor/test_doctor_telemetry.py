@@ -47,7 +47,7 @@ def fake_pynvml(**override: object) -> types.ModuleType:
         nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4, nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 4,
         nvmlDeviceGetCurrPcieLinkWidth=lambda h: 8, nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
         nvmlDeviceGetComputeRunningProcesses=lambda h: [proc], nvmlDeviceGetGraphicsRunningProcesses=lambda h: [proc],
-        nvmlSystemGetProcessName=lambda pid: "python train.py",
+        nvmlSystemGetProcessName=lambda pid: "python train.py", nvmlDeviceGetMigMode=lambda h: [1, 1],
     )
     funcs.update(override)
     for k, v in funcs.items():
@@ -68,6 +68,7 @@ def test_real_reader_maps_every_field() -> None:
     assert g.throttle_reasons == ("sw_power_cap", "hw_slowdown")  # fell back to the deprecated name
     assert (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) == (4, 4, 8, 16)
     assert (g.temperature_c, g.temperature_slowdown_c) == (88, 92)
+    assert g.mig_mode is True
     assert len(g.processes) == 1 and g.processes[0].used_mib == 30000 and g.processes[0].name == "python train.py"
     assert inv.unsupported == ()  # the fallback answered, so nothing is recorded
 
