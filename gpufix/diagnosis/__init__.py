@@ -92,7 +92,7 @@ def evidence_from_record(record_dir: str, scanner: LogScanner, output: bytes | N
             evidence = scan(scanner, stream, log, sniff=False)  # type: ignore[arg-type]
         if getattr(kept, "omitted", 0):
             evidence.notes.append(f"{log}: {kept.omitted} bytes from the middle of the output were not kept (the record "
-                                  "keeps a long run's first and last part); line numbers after them count from the gap")
+                                  "keeps a long run's first and last part); line numbers after the gap leave out the lines in it")
     add_record_evidence(evidence, record_dir, scanner)
     # A run's verdict rests on its rules and what was measured; the word model's guess reads pasted logs only
     # (on a healthy run's output it would guess from words what the probe and telemetry measured)

@@ -13,6 +13,7 @@ throughput (steps after warm-up over their total time), never a median step, whi
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -422,8 +423,6 @@ def _shm_failed(trial: Trial) -> bool:
 def shm_size_mib(path: str = SHM_PATH) -> tuple[float, float] | None:
     """(size, free) of the shared-memory file system the loader's workers hand batches through, in MiB; None
     where there is none (macOS, Windows) or it cannot be read."""
-    import os
-
     try:
         st = os.statvfs(path)
     except OSError:

@@ -312,3 +312,45 @@ def test_lightnings_no_gpu_summary_is_named_not_left_to_the_family_rule() -> Non
     came out as ENV900's "a wording gpufix does not know exactly". ENV041 names it, and the family rule steps aside."""
     codes = [f.code for f in builtin_findings(b"GPU available: False, used: False\nTPU available: False, using: 0 TPU cores\n")]
     assert codes == ["ENV041"]
+
+
+def test_consequences_come_after_their_cause_depth_first() -> None:
+    """The built-in pack: workers out of shared memory (DAT001) make the worker raise (GEN007) and the job end on an
+    uncaught exception (GEN000): both are DAT001's consequences, and each consequence is listed after its cause (the
+    order once read "Consequence of GEN000" before GEN000 itself)."""
+    pack = load_ruleset()
+    log = (b"Traceback (most recent call last):\n  File \"train.py\", line 11, in <module>\n    for step, x in enumerate(loader):\n"
+           b"RuntimeError: Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+           b"  File \"/opt/venv/lib/python3.11/site-packages/torch/utils/data/_utils/worker.py\", line 349, in _worker_loop\n"
+           b"    data = fetcher.fetch(index)\n"
+           b"RuntimeError: unable to allocate shared memory(shm) for file </torch_30993_2849812563_0>: "
+           b"No space left on device (28)\n")
+    findings = diagnose(LogScanner.for_rules(pack).scan_bytes(log, "log"), pack).findings
+    order = [f.code for f in findings]
+    assert order[0] == "DAT001" and [f.code for f in findings if f.consequence_of is None] == ["DAT001"], \
+        [(f.code, f.consequence_of) for f in findings]
+    for i, finding in enumerate(findings):
+        if finding.consequence_of is not None:
+            assert finding.consequence_of in order[:i], (finding.code, finding.consequence_of, order)
+
+
+def test_a_subset_of_the_lean_cache_keeps_its_line_literals() -> None:
+    """The lean cache keeps line literals beside the patterns, not in the literal dict: a subset of it (one rule's
+    examples) must still have them, or its scanner would search every pattern with no literal to skip it."""
+    pack = load_ruleset()
+    sub = pack.subset([pack.get("MEM001")])
+    literals = LogScanner.for_rules(sub).pattern_set.literals
+    assert literals is not None and len(literals) == len(sub.line_patterns)
+    assert sum(lit is not None for lit in literals) >= len(literals) - 1, literals
+
+
+def test_a_chain_of_consequences_is_listed_depth_first(tmp_path: Path) -> None:
+    """A <- B <- C, where C outranks B (a higher priority): the effects come after the roots, each after its cause,
+    so C (a consequence of B) is listed after B, not before it as rank order alone would put it."""
+    a = rule("TA001", "oom", "match: {any: [{line: 'alpha'}]}\nmessage: 'a'\nfixes: [{kind: config, title: x}]\n")
+    b = rule("TB001", "nccl_hang", "match: {any: [{line: 'bravo'}]}\nmessage: 'b'\nconsequence_of: [TA001]\n"
+                                   "priority: 10\nfixes: [{kind: config, title: x}]\n")
+    c = rule("TC001", "nan_loss", "match: {any: [{line: 'charlie'}]}\nmessage: 'c'\nconsequence_of: [TB001]\n"
+                                  "priority: 90\nfixes: [{kind: config, title: x}]\n")
+    findings = run(ruleset_from(tmp_path, a, b, c), "alpha\nbravo\ncharlie\n")
+    assert [(f.code, f.consequence_of) for f in findings] == [("TA001", None), ("TB001", "TA001"), ("TC001", "TB001")]
